@@ -1,0 +1,45 @@
+"""The one exception root of memstore.
+
+Every error memstore raises derives from :class:`MemstoreError`.  Where the spec
+names a built-in exception (``ValueError``, ``RuntimeError``, ``FileNotFoundError``)
+the memstore error also derives from it, so callers written against the spec keep
+working while new callers can catch the single root.
+"""
+
+from __future__ import annotations
+
+
+class MemstoreError(Exception):
+    """Root of every error raised by memstore."""
+
+
+class ReadonlyError(MemstoreError, RuntimeError):
+    """A mutating operation was called on a readonly store."""
+
+
+class EmptyContentError(MemstoreError, ValueError):
+    """Memory content was empty after stripping."""
+
+
+class InvalidArgumentError(MemstoreError, ValueError):
+    """An argument had an acceptable type but an unacceptable value."""
+
+
+class ArgumentTypeError(MemstoreError, TypeError):
+    """An argument had the wrong type."""
+
+
+class EntryNotFoundError(MemstoreError, FileNotFoundError):
+    """The requested memory entry or card does not exist."""
+
+
+class StorageError(MemstoreError, OSError):
+    """Reading or durably writing a canonical file failed; nothing was acknowledged."""
+
+
+class LockError(StorageError):
+    """The cross-process lock could not be taken (or was used across a fork)."""
+
+
+class IndexUnavailableError(MemstoreError):
+    """The derived index cannot be opened or refreshed; callers fall back to a scan."""

@@ -1,0 +1,290 @@
+"""Durable file primitives: the cross-process lock, appends, atomic rewrites, line reading.
+
+The canonical files are the only thing that must survive, so every write here is
+either a whole-line append followed by fsync, or a rewrite through a unique temp
+file, fsync, ``os.replace`` and a directory fsync.  A failed fsync is an error,
+never retried: after it the kernel may have dropped the dirty pages.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from memstore.errors import LockError, StorageError
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
+
+READ_CHUNK = 1024 * 1024
+DEFAULT_FILE_MODE = 0o644
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+
+
+def storage_error(action: str, path: Path | str, exc: OSError) -> StorageError:
+    """Wrap an OSError in the memstore root while keeping errno for callers."""
+    err = StorageError(exc.errno or errno.EIO, f"cannot {action} {path}: {exc.strerror or exc}")
+    err.filename = str(path)
+    return err
+
+
+def ensure_dir(path: Path, *, private: bool = False) -> None:
+    """Create a directory (and parents); private directories get 0700 regardless of umask."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if private:
+            os.chmod(path, PRIVATE_DIR_MODE)
+    except OSError as exc:
+        raise storage_error("create directory", path, exc) from exc
+
+
+class FileLock:
+    """An exclusive ``flock`` on a lock file that is never replaced or deleted.
+
+    Each acquisition opens its own file description, so threads of one process
+    exclude each other as well as other processes.  The lock refuses to be
+    released from a forked child, which would otherwise drop the parent's lock.
+    """
+
+    def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE) -> None:
+        self.path = Path(path)
+        self._mode = mode
+        self._local = threading.local()
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        if getattr(self._local, "fd", None) is not None:
+            raise LockError(errno.EDEADLK, f"lock {self.path} is already held by this thread")
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._mode)
+        except OSError as exc:
+            raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.path}: {exc.strerror}") from exc
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    break
+                except InterruptedError:
+                    continue
+        except OSError as exc:
+            os.close(fd)
+            raise LockError(exc.errno or errno.EIO, f"cannot lock {self.path}: {exc.strerror}") from exc
+        self._local.fd = fd
+        self._local.pid = os.getpid()
+
+    def release(self) -> None:
+        fd = getattr(self._local, "fd", None)
+        if fd is None:
+            return
+        self._local.fd = None
+        if self._local.pid != os.getpid():
+            # A forked child shares the open file description: closing ours is fine,
+            # unlocking it would release the parent's lock.
+            os.close(fd)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an appended line landed: ``[start, end)`` in bytes, and the file size after."""
+
+    start: int
+    end: int
+
+
+def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> AppendResult:
+    """Append one whole line durably. The caller holds the file group's lock.
+
+    If the file does not end with a newline, one is written first so the new line
+    is never glued onto a torn or unterminated last line.  On a failed write the
+    file is truncated back to its old size; on a failed fsync the error propagates
+    and nothing is acknowledged.
+    """
+    if not line.endswith(b"\n"):
+        line += b"\n"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        raise storage_error("open", path, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        glued = line.startswith(b"\n") and size > 0
+        try:
+            _write_all(fd, line)
+        except OSError as exc:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise storage_error("append to", path, exc) from exc
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise storage_error("fsync", path, exc) from exc
+        return AppendResult(start=size + 1 if glued else size, end=size + len(line))
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_path_for(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat_result:
+    """Replace ``path`` with ``data`` so readers see the old or the new bytes, never a mix.
+
+    Returns the stat of the new file (taken from the temp file's descriptor before the
+    replace), which the index records so it can recognise its own rewrite.
+    """
+    if mode is None:
+        try:
+            mode = os.stat(path).st_mode & 0o777
+        except FileNotFoundError:
+            mode = DEFAULT_FILE_MODE
+        except OSError as exc:
+            raise storage_error("stat", path, exc) from exc
+    tmp = temp_path_for(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        raise storage_error("create temp file for", path, exc) from exc
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+            stat = os.fstat(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise storage_error("rewrite", path, exc) from exc
+    try:
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise storage_error("fsync directory of", path, exc) from exc
+    return stat
+
+
+def remove_stale_temps(path: Path) -> int:
+    """Delete temp files a crashed rewrite of ``path`` left behind. Caller holds the lock."""
+    removed = 0
+    prefix = f".{path.name}."
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith(prefix) and name.endswith(".tmp"):
+            try:
+                os.unlink(path.parent / name)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+@dataclass(frozen=True, slots=True)
+class RawLine:
+    """One line of a file: its bytes without the newline and where it sits.
+
+    ``data`` is ``None`` for a line longer than MAX_LINE_BYTES, which is skipped.
+    ``terminated`` is False only for a final line with no newline.
+    """
+
+    start: int
+    end: int
+    data: bytes | None
+    terminated: bool
+
+
+def iter_raw_lines(fd: int, *, start: int = 0, stop: int | None = None) -> Iterator[RawLine]:
+    """Split bytes ``[start, stop)`` of an open file on ``\\n`` only, in bounded memory."""
+    if stop is None:
+        stop = os.fstat(fd).st_size
+    pos = start
+    pending = bytearray()
+    pending_start = start
+    oversized = False
+    while pos < stop:
+        chunk = os.pread(fd, min(READ_CHUNK, stop - pos), pos)
+        if not chunk:
+            break
+        chunk_pos = pos
+        pos += len(chunk)
+        cursor = 0
+        while True:
+            newline = chunk.find(b"\n", cursor)
+            if newline < 0:
+                if not oversized:
+                    pending += chunk[cursor:]
+                    if len(pending) > MAX_LINE_BYTES:
+                        oversized = True
+                        pending.clear()
+                break
+            end = chunk_pos + newline + 1
+            if oversized:
+                yield RawLine(pending_start, end, None, True)
+            elif pending:
+                pending += chunk[cursor:newline]
+                yield RawLine(pending_start, end, bytes(pending), True)
+            else:
+                yield RawLine(pending_start, end, chunk[cursor:newline], True)
+            pending.clear()
+            oversized = False
+            pending_start = end
+            cursor = newline + 1
+    if pending or oversized:
+        yield RawLine(pending_start, pos, None if oversized else bytes(pending), False)
+
+
+def open_for_read(path: Path) -> int | None:
+    """Open a canonical file for reading; ``None`` when it does not exist."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    except OSError as exc:
+        raise storage_error("open", path, exc) from exc

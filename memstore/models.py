@@ -1,0 +1,202 @@
+"""Memory entries and the pure helpers that define search semantics.
+
+Everything here is deterministic and free of I/O: the scan, the index and the
+tests all share these definitions, which is what keeps them in agreement.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from memstore.errors import ArgumentTypeError, EmptyContentError, InvalidArgumentError
+
+AUTO_CURATED_TAG = "auto-curated"
+RUN_SUMMARY_TAG = "run-summary"
+AUTO_CURATED_BONUS = 4
+RUN_SUMMARY_BONUS = 2
+CONTENT_POINTS = 3
+TAG_POINTS = 2
+
+
+def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
+    """Lowercase, strip, drop empties, deduplicate and sort tags.
+
+    A bare string is refused: iterating it would silently store one tag per character.
+    """
+    if isinstance(tags, (str, bytes)):
+        raise ArgumentTypeError("tags must be an iterable of str, not a single string")
+    try:
+        items = list(tags)
+    except TypeError:
+        raise ArgumentTypeError(f"tags must be an iterable of str, not {type(tags).__name__}") from None
+    cleaned: set[str] = set()
+    for tag in items:
+        if not isinstance(tag, str):
+            raise ArgumentTypeError(f"tags must contain only str, got {type(tag).__name__}")
+        value = tag.strip().lower()
+        if value:
+            cleaned.add(value)
+    return tuple(sorted(cleaned))
+
+
+def utc_now_iso() -> str:
+    """The timestamp format of existing files: ``datetime.now(timezone.utc).isoformat()``."""
+    return datetime.now(timezone.utc).isoformat()
+
+
+def new_memory_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _optional_str(name: str, value: object) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ArgumentTypeError(f"{name} must be a str or None, not {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class MemoryEntry:
+    """One catalog line. Construction enforces the spec's invariants 1–3."""
+
+    memory_id: str
+    content: str
+    tags: tuple[str, ...] = ()
+    created_at: str = field(default_factory=utc_now_iso)
+    branch_name: str | None = None
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.memory_id, str):
+            raise ArgumentTypeError(f"memory_id must be a str, not {type(self.memory_id).__name__}")
+        memory_id = self.memory_id.strip()
+        if not memory_id:
+            raise InvalidArgumentError("memory_id cannot be empty")
+        if not isinstance(self.content, str):
+            raise ArgumentTypeError(f"content must be a str, not {type(self.content).__name__}")
+        content = self.content.strip()
+        if not content:
+            raise EmptyContentError("memory content cannot be empty")
+        if not isinstance(self.created_at, str):
+            raise ArgumentTypeError(f"created_at must be a str, not {type(self.created_at).__name__}")
+        if not self.created_at:
+            raise InvalidArgumentError("created_at cannot be empty")
+        _optional_str("branch_name", self.branch_name)
+        _optional_str("run_id", self.run_id)
+        object.__setattr__(self, "memory_id", memory_id)
+        object.__setattr__(self, "content", content)
+        object.__setattr__(self, "tags", normalize_tags(self.tags))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "memory_id": self.memory_id,
+            "content": self.content,
+            "tags": list(self.tags),
+            "created_at": self.created_at,
+            "branch_name": self.branch_name,
+            "run_id": self.run_id,
+        }
+
+
+def memory_entry_from_payload(payload: object) -> MemoryEntry | None:
+    """Rebuild an entry from a parsed line; ``None`` when the line breaks an invariant.
+
+    Deterministic on purpose: a missing ``created_at`` is invalid rather than "now",
+    so the scan and the index always read the same entries from the same bytes.
+    """
+    if not isinstance(payload, Mapping):
+        return None
+    tags = payload.get("tags", ())
+    if tags is None:
+        tags = ()
+    if not isinstance(tags, (list, tuple)):
+        return None
+    try:
+        return MemoryEntry(
+            memory_id=payload.get("memory_id"),  # type: ignore[arg-type]
+            content=payload.get("content"),  # type: ignore[arg-type]
+            tags=tuple(tags),
+            created_at=payload.get("created_at"),  # type: ignore[arg-type]
+            branch_name=payload.get("branch_name"),
+            run_id=payload.get("run_id"),
+        )
+    except (TypeError, ValueError):
+        return None
+
+
+def query_tokens(query: str) -> list[str]:
+    """The spec's tokenisation: strip, lowercase, split on whitespace, duplicates kept."""
+    if not isinstance(query, str):
+        raise ArgumentTypeError(f"query must be a str, not {type(query).__name__}")
+    return query.strip().lower().split()
+
+
+def tag_bonus(tags: Sequence[str]) -> int:
+    """The score every match of an entry gets from its special tags."""
+    bonus = 0
+    if AUTO_CURATED_TAG in tags:
+        bonus += AUTO_CURATED_BONUS
+    if RUN_SUMMARY_TAG in tags:
+        bonus += RUN_SUMMARY_BONUS
+    return bonus
+
+
+def memory_matches(entry: MemoryEntry, query: str | Sequence[str]) -> bool:
+    """True when every token is a substring of the lowered content or of some tag."""
+    tokens = query_tokens(query) if isinstance(query, str) else list(query)
+    if not tokens:
+        return False
+    content = entry.content.lower()
+    return all(token in content or any(token in tag for tag in entry.tags) for token in tokens)
+
+
+def memory_relevance_score(entry: MemoryEntry, tokens: Sequence[str]) -> int:
+    """+3 per token in the content, +2 per token in some tag, plus the tag bonus."""
+    content = entry.content.lower()
+    score = 0
+    for token in tokens:
+        if token in content:
+            score += CONTENT_POINTS
+        if any(token in tag for tag in entry.tags):
+            score += TAG_POINTS
+    return score + tag_bonus(entry.tags)
+
+
+def memory_entries_to_prompt(entries: Iterable[MemoryEntry]) -> list[dict[str, Any]]:
+    return [entry.to_dict() for entry in entries]
+
+
+def check_limit(limit: object, *, name: str = "limit") -> int:
+    """Validate a result limit: ints only (not bool), never negative."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ArgumentTypeError(f"{name} must be an int, not {type(limit).__name__}")
+    if limit < 0:
+        raise InvalidArgumentError(f"{name} must be >= 0, got {limit}")
+    return limit
+
+
+def rank_matches(scored: Iterable[tuple[int, str, int, MemoryEntry]], limit: int) -> list[MemoryEntry]:
+    """Order (score, created_at, file_order, entry) as the spec does and take ``limit``.
+
+    Score and created_at descending, then file order ascending (a stable sort).
+    """
+    ordered = sorted(scored, key=lambda item: (-item[0], _Desc(item[1]), item[2]))
+    return [item[3] for item in ordered[:limit]]
+
+
+class _Desc:
+    """Sort key wrapper that reverses string order (for created_at descending)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.value > other.value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.value == other.value
