@@ -8,6 +8,7 @@ never retried: after it the kernel may have dropped the dirty pages.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -141,10 +142,8 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
         try:
             _write_all(fd, line)
         except OSError as exc:
-            try:
+            with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
-            except OSError:
-                pass
             raise storage_error("append to", path, exc) from exc
         try:
             os.fsync(fd)
@@ -194,10 +193,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
             os.close(fd)
         os.replace(tmp, path)
     except OSError as exc:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise storage_error("rewrite", path, exc) from exc
     try:
         fsync_dir(path.parent)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from memstore.errors import ArgumentTypeError, EmptyContentError, InvalidArgumentError
@@ -45,7 +45,7 @@ def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
 
 def utc_now_iso() -> str:
     """The timestamp format of existing files: ``datetime.now(timezone.utc).isoformat()``."""
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def new_memory_id() -> str:

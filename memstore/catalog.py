@@ -1,0 +1,387 @@
+"""MemoryCatalog: tagged notes in an append-only JSONL file, searched exactly.
+
+Writes go to the canonical file first, under ``memory.lock`` (taken by every
+writer, ``add`` included), durably.  Reads are answered by the derived index when
+it can be used and by a scan of the file otherwise; both give the same results.
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memstore.errors import ArgumentTypeError, EntryNotFoundError, IndexUnavailableError, ReadonlyError
+from memstore.files import (
+    DEFAULT_FILE_MODE,
+    PRIVATE_FILE_MODE,
+    FileLock,
+    append_line,
+    atomic_write,
+    ensure_dir,
+    iter_raw_lines,
+    open_for_read,
+    remove_stale_temps,
+)
+from memstore.jsonl import decode_entry, encode_entry, is_blank
+from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
+from memstore.scan import ScanCache, ScanResult, scan_list, scan_search, scan_show
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+STORE_DIRNAME = ".teaagent"
+CATALOG_FILENAME = "memory.jsonl"
+QUARANTINE_FILENAME = "memory-quarantine.jsonl"
+LOCK_FILENAME = "memory.lock"
+
+
+class MemoryCatalog:
+    """The project (or personal) memory catalog.
+
+    ``root`` is the workspace; the files live in ``<root>/.teaagent``.  Use
+    :meth:`in_directory` for a catalog whose files sit directly in a directory
+    (the personal tier).  ``use_index=False`` forces the scan path.
+    """
+
+    def __init__(self, root: str | os.PathLike[str] = ".", *, readonly: bool = False, use_index: bool = True):
+        self._setup(Path(root) / STORE_DIRNAME, readonly=readonly, private=False, use_index=use_index)
+        self.root = Path(root)
+
+    @classmethod
+    def in_directory(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        private: bool = False,
+        use_index: bool = True,
+    ) -> MemoryCatalog:
+        """A catalog whose memory.jsonl lives directly in ``directory``.
+
+        ``private`` files are created 0600 in a 0700 directory (the personal tier).
+        """
+        catalog = cls.__new__(cls)
+        catalog._setup(Path(directory), readonly=readonly, private=private, use_index=use_index)
+        catalog.root = Path(directory)
+        return catalog
+
+    def _setup(self, directory: Path, *, readonly: bool, private: bool, use_index: bool) -> None:
+        if not isinstance(readonly, bool):
+            raise ArgumentTypeError("readonly must be a bool")
+        self.directory = directory
+        self.path = directory / CATALOG_FILENAME
+        self.quarantine_path = directory / QUARANTINE_FILENAME
+        self.lock_path = directory / LOCK_FILENAME
+        self.readonly = readonly
+        self.private = private
+        self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
+        self._scan = ScanCache(self.path)
+        self._quarantine_scan = ScanCache(self.quarantine_path)
+        self._use_index = use_index
+        self._index: Any = None
+        self._index_error: str | None = None
+        if not readonly:
+            ensure_dir(directory, private=private)
+
+    # ------------------------------------------------------------------ writes
+
+    def _require_writable(self, action: str) -> None:
+        if self.readonly:
+            raise ReadonlyError(f"Cannot {action} in readonly mode")
+
+    def _lock(self) -> FileLock:
+        return FileLock(self.lock_path, mode=self._file_mode)
+
+    def _new_entry(
+        self, content: str, tags: Iterable[str], branch_name: str | None, run_id: str | None
+    ) -> MemoryEntry:
+        return MemoryEntry(
+            memory_id=new_memory_id(),
+            content=content,
+            tags=tags,  # type: ignore[arg-type]  # normalised (and type-checked) by MemoryEntry
+            created_at=utc_now_iso(),
+            branch_name=branch_name,
+            run_id=run_id,
+        )
+
+    def add(
+        self,
+        content: str,
+        *,
+        tags: Iterable[str] = (),
+        branch_name: str | None = None,
+        run_id: str | None = None,
+    ) -> MemoryEntry:
+        """Append one entry durably; the returned entry is on disk when this returns."""
+        self._require_writable("add memory")
+        entry = self._new_entry(content, tags, branch_name, run_id)
+        line = encode_entry(entry)
+        with self._lock():
+            append_line(self.path, line, mode=self._file_mode)
+        return entry
+
+    def add_quarantined(
+        self,
+        content: str,
+        *,
+        tags: Iterable[str] = (),
+        provenance: Mapping[str, Any],
+        branch_name: str | None = None,
+        run_id: str | None = None,
+    ) -> MemoryEntry:
+        """Append to the quarantine file only; quarantined entries never reach memory.jsonl."""
+        self._require_writable("add quarantined memory")
+        if not isinstance(provenance, Mapping):
+            raise ArgumentTypeError(f"provenance must be a dict, not {type(provenance).__name__}")
+        entry = self._new_entry(content, tags, branch_name, run_id)
+        line = encode_entry(entry, quarantine=True, provenance=dict(provenance))
+        with self._lock():
+            append_line(self.quarantine_path, line, mode=self._file_mode)
+        return entry
+
+    def delete_by_branch(self, branch_name: str) -> int:
+        self._require_writable("delete memory")
+        _require_str("branch_name", branch_name)
+        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name))
+
+    def delete_by_run_id(self, run_id: str) -> int:
+        self._require_writable("delete memory")
+        _require_str("run_id", run_id)
+        return len(self._rewrite_without(lambda entry: entry.run_id == run_id))
+
+    def quarantine_by_branch(self, branch_name: str, reason: str) -> int:
+        """Move a branch's entries to quarantine: appended there first, then removed here.
+
+        A crash between the two steps leaves the entries in both files, never in neither.
+        """
+        self._require_writable("quarantine memory")
+        _require_str("branch_name", branch_name)
+        _require_str("reason", reason)
+
+        def move(entries: builtins.list[MemoryEntry]) -> None:
+            quarantined_at = utc_now_iso()
+            lines = b"".join(
+                encode_entry(
+                    entry,
+                    quarantine=True,
+                    provenance={
+                        "reason": reason,
+                        "original_branch": branch_name,
+                        "quarantined_at": quarantined_at,
+                    },
+                )
+                for entry in entries
+            )
+            append_line(self.quarantine_path, lines, mode=self._file_mode)
+
+        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, before=move))
+
+    def _rewrite_without(
+        self,
+        predicate: Callable[[MemoryEntry], bool],
+        *,
+        before: Callable[[builtins.list[MemoryEntry]], None] | None = None,
+    ) -> builtins.list[MemoryEntry]:
+        """Rewrite memory.jsonl without matching entries, keeping every other line byte for byte.
+
+        Lines that do not parse are kept (they are someone's data); blank lines are dropped.
+        """
+        with self._lock():
+            remove_stale_temps(self.path)
+            fd = open_for_read(self.path)
+            if fd is None:
+                return []
+            removed: builtins.list[MemoryEntry] = []
+            kept: builtins.list[bytes] = []
+            try:
+                for raw in iter_raw_lines(fd):
+                    if raw.data is None:
+                        kept.append(os.pread(fd, raw.end - raw.start, raw.start).rstrip(b"\n"))
+                        continue
+                    if is_blank(raw.data):
+                        continue
+                    entry = decode_entry(raw.data)
+                    if entry is not None and predicate(entry):
+                        removed.append(entry)
+                    else:
+                        kept.append(raw.data)
+            finally:
+                os.close(fd)
+            if not removed:
+                return []
+            if before is not None:
+                before(removed)
+            data = b"".join(line + b"\n" for line in kept)
+            stat = atomic_write(self.path, data)
+            self._after_rewrite(stat)
+            return removed
+
+    def _after_rewrite(self, stat: os.stat_result) -> None:
+        """Hook for the index's write-through (replaced when the index is attached)."""
+        index = self._get_index()
+        if index is not None:
+            try:
+                index.after_rewrite(stat)
+            except IndexUnavailableError as exc:
+                self._index_failed(exc)
+
+    # ------------------------------------------------------------------ reads
+
+    def _get_index(self) -> Any:
+        """The derived index for this catalog, or None when it cannot be used."""
+        if not self._use_index or self._index_error is not None:
+            return None
+        if self._index is None:
+            try:
+                from memstore.index.catalog_index import CatalogIndex
+            except ImportError:  # pragma: no cover - the index package is part of memstore
+                return None
+            self._index = CatalogIndex(self.path, readonly=self.readonly, private=self.private)
+        return self._index
+
+    def _index_failed(self, exc: Exception) -> None:
+        log.warning("memstore index unavailable for %s, answering from a scan: %s", self.path, exc)
+        self._index_error = str(exc)
+
+    def _from_index(self, query: Callable[[Any], T]) -> T | None:
+        index = self._get_index()
+        if index is None:
+            return None
+        try:
+            return query(index)
+        except IndexUnavailableError as exc:
+            self._index_failed(exc)
+            return None
+
+    def _scanned(self) -> ScanResult:
+        return self._scan.read()
+
+    def list(self, *, limit: int = 20) -> builtins.list[MemoryEntry]:
+        """Up to ``limit`` entries, newest line first."""
+        check_limit(limit)
+        if limit == 0:
+            return []
+        indexed = self._from_index(lambda index: index.list(limit))
+        if indexed is not None:
+            return indexed
+        return scan_list(self._scanned(), limit)
+
+    def search(self, query: str, *, limit: int = 10) -> builtins.list[MemoryEntry]:
+        """Entries containing every query token, best score first (see DESIGN.md §4)."""
+        tokens = query_tokens(query)
+        check_limit(limit)
+        if not tokens or limit == 0:
+            return []
+        indexed = self._from_index(lambda index: index.search(tokens, limit))
+        if indexed is not None:
+            return indexed
+        return scan_search(self._scanned(), tokens, limit)
+
+    def show(self, memory_id: str) -> MemoryEntry:
+        """The first entry in file order with this id; FileNotFoundError when there is none."""
+        _require_str("memory_id", memory_id)
+        wanted = memory_id.strip()
+        found: MemoryEntry | None = None
+        if wanted:
+            indexed = self._from_index(lambda index: index.show(wanted))
+            if indexed is not None:
+                found = indexed[0] if indexed else None
+            else:
+                found = scan_show(self._scanned(), wanted)
+        if found is None:
+            raise EntryNotFoundError(f"memory entry not found: {wanted}")
+        return found
+
+    def list_quarantined(self, *, limit: int = 20) -> builtins.list[MemoryEntry]:
+        check_limit(limit)
+        return scan_list(self._quarantine_scan.read(), limit)
+
+    def health_report(self) -> dict[str, Any]:
+        """Counts of valid and corrupt lines, plus the state of the index."""
+        scanned = self._scanned()
+        report: dict[str, Any] = {
+            "path": str(self.path),
+            "exists": self.path.exists(),
+            "total_entries": len(scanned.entries),
+            "corrupt_entries": scanned.corrupt,
+            "blank_lines": scanned.blank,
+            "bytes": scanned.size,
+            "quarantined_entries": len(self._quarantine_scan.read().entries),
+            "healthy": scanned.corrupt == 0,
+        }
+        index = self._get_index()
+        if index is None:
+            report["index"] = {
+                "state": "disabled" if not self._use_index else "unavailable",
+                "error": self._index_error,
+            }
+        else:
+            try:
+                report["index"] = index.state()
+            except IndexUnavailableError as exc:
+                self._index_failed(exc)
+                report["index"] = {"state": "unavailable", "error": str(exc)}
+        return report
+
+    def maintain_dry_run(self) -> dict[str, Any]:
+        """What a maintenance pass would clean up, without touching anything."""
+        scanned = self._scanned()
+        ids: dict[str, int] = {}
+        for item in scanned.entries:
+            ids[item.entry.memory_id] = ids.get(item.entry.memory_id, 0) + 1
+        duplicates = sum(count - 1 for count in ids.values() if count > 1)
+        stale = 0
+        prefix = f".{self.path.name}."
+        if self.directory.is_dir():
+            stale = sum(
+                1 for name in os.listdir(self.directory) if name.startswith(prefix) and name.endswith(".tmp")
+            )
+        missing_newline = False
+        fd = open_for_read(self.path)
+        if fd is not None:
+            try:
+                size = os.fstat(fd).st_size
+                missing_newline = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+            finally:
+                os.close(fd)
+        return {
+            "dry_run": True,
+            "total_entries": len(scanned.entries),
+            "corrupt_lines": scanned.corrupt,
+            "blank_lines": scanned.blank,
+            "duplicate_ids": duplicates,
+            "missing_final_newline": missing_newline,
+            "stale_temp_files": stale,
+            "would_change": bool(scanned.corrupt or scanned.blank or duplicates or missing_newline or stale),
+        }
+
+    # ------------------------------------------------------------------ index maintenance
+
+    def reindex(
+        self, *, full: bool = False, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, Any]:
+        """Bring the index up to date (``full`` rebuilds it from scratch); returns a report."""
+        index = self._get_index()
+        if index is None:
+            raise IndexUnavailableError(self._index_error or "the index is disabled for this catalog")
+        return dict(index.refresh(full=full, progress=progress))
+
+    def check_index(self) -> dict[str, Any]:
+        """Compare the index with a fresh scan of the file; ``equal`` is False on any difference."""
+        index = self._get_index()
+        if index is None:
+            raise IndexUnavailableError(self._index_error or "the index is disabled for this catalog")
+        return dict(index.check(self._scan_fresh()))
+
+    def _scan_fresh(self) -> ScanResult:
+        return ScanCache(self.path).read()
+
+
+def _require_str(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be a str, not {type(value).__name__}")
