@@ -1,0 +1,298 @@
+"""Pinned files: paths inside the repository whose live contents an agent keeps in context.
+
+Pins are stored in ``<root>/.teaagent/memory/pinned.json`` (one JSON array, rewritten
+whole and atomically) and every write is a read-modify-write under
+``<root>/.teaagent/memory/pinned.lock``.
+
+A pin makes a file's contents flow into prompts, so ``add`` refuses anything that
+could leak a secret or reach outside the repository.  Refusals return ``False``
+with a logged warning and write nothing; secret *names* are checked before the
+filesystem is touched at all.  Rules (decisions the spec leaves open):
+
+- the path must be relative, with no ``..`` component at all (even one that would
+  stay inside: the stored path is kept as given, so it must be plain);
+- after following symlinks (dangling ones too) it must stay inside the root and
+  must not resolve to a secret name either;
+- it must be an existing regular file: directories are refused, because a pin is
+  the contents of one file and the watcher follows files.
+
+Lookups (``remove``, ``is_pinned``, ``update_last_modified``, duplicate detection)
+compare paths after lexical normalisation (``./a.txt`` is ``a.txt``), while the
+stored ``file_path`` is always exactly the string that was pinned (invariant 6).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import posixpath
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memstore.errors import ArgumentTypeError, InvalidArgumentError
+from memstore.files import FileLock, atomic_write, ensure_dir
+
+logger = logging.getLogger(__name__)
+
+_SECRET_DIRS = {".ssh": "ssh-dir", ".gnupg": "gnupg-dir", ".aws": "aws-dir", ".git": "git-dir"}
+_SECRET_NAMES = {".npmrc": "npmrc", ".pypirc": "pypirc", ".netrc": "netrc", ".env": "env-file"}
+_SECRET_PREFIXES = (
+    (".env.", "env-file"),
+    ("id_rsa", "ssh-private-key"),
+    ("id_ed25519", "ssh-private-key"),
+    ("id_ecdsa", "ssh-private-key"),
+    ("id_dsa", "ssh-private-key"),
+)
+_SECRET_SUFFIXES = (
+    (".pem", "pem-file"),
+    (".key", "key-file"),
+    (".p12", "pkcs12-file"),
+    (".pfx", "pkcs12-file"),
+    (".kdbx", "keepass-db"),
+)
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def _components(path: str) -> list[str]:
+    """Split on both separators: a backslash is a separator on Windows checkouts."""
+    return [part for part in re.split(r"[/\\]", path) if part]
+
+
+def is_secret_path(path: str) -> str | None:
+    """Return the name of the secret rule ``path`` matches, or ``None``.
+
+    Pure: looks at the spelling only (case-insensitively, since checkouts on
+    macOS and Windows are), never at the filesystem.
+    """
+    if not isinstance(path, str):
+        raise ArgumentTypeError(f"path must be a str, not {type(path).__name__}")
+    parts = [part.lower() for part in _components(path)]
+    if not parts:
+        return None
+    for part in parts[:-1]:
+        if part in _SECRET_DIRS:
+            return _SECRET_DIRS[part]
+    name = parts[-1]
+    if name in _SECRET_DIRS:
+        return _SECRET_DIRS[name]
+    if name in _SECRET_NAMES:
+        return _SECRET_NAMES[name]
+    for prefix, rule in _SECRET_PREFIXES:
+        if name.startswith(prefix):
+            return rule
+    for suffix, rule in _SECRET_SUFFIXES:
+        if name.endswith(suffix):
+            return rule
+    if name.endswith(".json"):
+        if name.startswith("credentials"):
+            return "credentials-json"
+        if "service-account" in name:
+            return "service-account-json"
+    return None
+
+
+def _lexical_refusal(path: str) -> str | None:
+    """Reasons to refuse that need no filesystem access, secrets first."""
+    if "\x00" in path:
+        return "path contains a NUL byte"
+    if not path.strip():
+        return "path is empty"
+    rule = is_secret_path(path)
+    if rule is not None:
+        return f"path looks like a secret ({rule})"
+    if path.startswith(("/", "\\")) or _WINDOWS_DRIVE.match(path):
+        return "path must be relative to the root"
+    if ".." in _components(path):
+        return "path must not contain '..'"
+    return None
+
+
+def _path_key(path: str) -> str:
+    """Lexical identity of a pinned path, used for lookups and duplicate detection."""
+    return posixpath.normpath(path.replace("\\", "/"))
+
+
+def _check_path_arg(file_path: object) -> str:
+    if not isinstance(file_path, str):
+        raise ArgumentTypeError(f"file_path must be a str, not {type(file_path).__name__}")
+    return file_path
+
+
+def _timestamp(payload: Mapping[str, Any], key: str) -> float:
+    value = payload[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(f"{key} must be a number, not {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidArgumentError(f"{key} must be finite, got {value!r}")
+    return number
+
+
+@dataclass
+class PinnedFile:
+    """One pin: ``file_path`` exactly as it was pinned (relative), plus two Unix timestamps."""
+
+    file_path: str
+    pinned_at: float
+    last_modified: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file_path": self.file_path, "pinned_at": self.pinned_at, "last_modified": self.last_modified}
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> PinnedFile:
+        """Rebuild a pin; unknown keys are ignored, missing or ill-typed known keys raise."""
+        if not isinstance(payload, Mapping):
+            raise ArgumentTypeError(f"payload must be a mapping, not {type(payload).__name__}")
+        try:
+            file_path = payload["file_path"]
+            if not isinstance(file_path, str) or not file_path:
+                raise InvalidArgumentError("file_path must be a non-empty str")
+            return cls(file_path, _timestamp(payload, "pinned_at"), _timestamp(payload, "last_modified"))
+        except KeyError as exc:
+            raise InvalidArgumentError(f"pinned file payload lacks {exc.args[0]!r}") from None
+
+
+class PinnedFileStorage:
+    """The pinned-file list of one repository root."""
+
+    def __init__(self, root: Path | str) -> None:
+        if not isinstance(root, (str, os.PathLike)):
+            raise ArgumentTypeError(f"root must be a str or Path, not {type(root).__name__}")
+        self.root = Path(root)
+        self.directory = self.root / ".teaagent" / "memory"
+        self.path = self.directory / "pinned.json"
+        self._lock = FileLock(self.directory / "pinned.lock")
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _read_pinned_files(self) -> list[PinnedFile]:
+        """All readable pins; an unreadable file is ``[]`` and a bad element is skipped."""
+        try:
+            payload = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, RecursionError) as exc:
+            logger.warning("ignoring unreadable pinned-file list %s: %s", self.path, exc)
+            return []
+        if not isinstance(payload, list):
+            logger.warning("ignoring pinned-file list %s: not a JSON array", self.path)
+            return []
+        pins: list[PinnedFile] = []
+        for item in payload:
+            try:
+                pins.append(PinnedFile.from_dict(item))
+            except (TypeError, ValueError):
+                logger.warning("skipping malformed pinned-file entry in %s", self.path)
+        return pins
+
+    def list_all(self) -> list[PinnedFile]:
+        return self._read_pinned_files()
+
+    def is_pinned(self, file_path: str) -> bool:
+        key = _path_key(_check_path_arg(file_path))
+        return any(_path_key(pin.file_path) == key for pin in self._read_pinned_files())
+
+    # -- writing -------------------------------------------------------------------------
+
+    def _write(self, pins: list[PinnedFile]) -> None:
+        text = json.dumps([pin.to_dict() for pin in pins], indent=2) + "\n"
+        atomic_write(self.path, text.encode("utf-8"))
+
+    def _modify(self, change: Callable[[list[PinnedFile]], bool]) -> bool:
+        """Read, let ``change`` edit the list in place, write it back if it says so; all under the lock."""
+        ensure_dir(self.directory)
+        with self._lock:
+            pins = self._read_pinned_files()
+            changed = change(pins)
+            if changed:
+                self._write(pins)
+            return changed
+
+    def _refusal(self, file_path: str) -> str | None:
+        reason = _lexical_refusal(file_path)
+        if reason is not None:
+            return reason
+        root = os.path.realpath(self.root)
+        target = os.path.realpath(os.path.join(root, file_path))
+        if target == root:
+            return "path is the root itself"
+        if os.path.commonpath([root, target]) != root:
+            return "path resolves outside the root"
+        rule = is_secret_path(os.path.relpath(target, root))
+        if rule is not None:
+            return f"path resolves to a secret ({rule})"
+        if not os.path.exists(target):
+            return "file does not exist"
+        if not os.path.isfile(target):
+            return "not a regular file (directories cannot be pinned)"
+        return None
+
+    def add(self, file_path: str) -> bool:
+        """Pin ``file_path`` (relative to the root); ``False`` with a warning when refused."""
+        _check_path_arg(file_path)
+        reason = self._refusal(file_path)
+        if reason is not None:
+            logger.warning("refusing to pin %r: %s", file_path, reason)
+            return False
+        try:
+            modified = os.stat(os.path.join(self.root, file_path)).st_mtime
+        except OSError as exc:
+            logger.warning("refusing to pin %r: %s", file_path, exc.strerror or exc)
+            return False
+        key = _path_key(file_path)
+
+        def append(pins: list[PinnedFile]) -> bool:
+            if any(_path_key(pin.file_path) == key for pin in pins):
+                return False
+            pins.append(PinnedFile(file_path, time.time(), modified))
+            return True
+
+        if not self._modify(append):
+            logger.warning("refusing to pin %r: already pinned", file_path)
+            return False
+        return True
+
+    def remove(self, file_path: str) -> bool:
+        key = _path_key(_check_path_arg(file_path))
+        if not self.path.exists():
+            return False
+
+        def drop(pins: list[PinnedFile]) -> bool:
+            kept = [pin for pin in pins if _path_key(pin.file_path) != key]
+            if len(kept) == len(pins):
+                return False
+            pins[:] = kept
+            return True
+
+        return self._modify(drop)
+
+    def clear_all(self) -> None:
+        def empty(pins: list[PinnedFile]) -> bool:
+            pins.clear()
+            return True
+
+        self._modify(empty)
+
+    def update_last_modified(self, file_path: str) -> bool:
+        """Stamp the pin's ``last_modified`` with the current time; ``False`` if not pinned."""
+        key = _path_key(_check_path_arg(file_path))
+        if not self.path.exists():
+            return False
+
+        def stamp(pins: list[PinnedFile]) -> bool:
+            found = False
+            now = time.time()
+            for pin in pins:
+                if _path_key(pin.file_path) == key:
+                    pin.last_modified = now
+                    found = True
+            return found
+
+        return self._modify(stamp)
