@@ -279,11 +279,13 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
     path=st.text(min_size=1),
     pinned_at=finite,
     last_modified=finite,
-    extra=st.dictionaries(st.text().filter(lambda k: k not in {"file_path", "pinned_at", "last_modified"}),
-                          st.integers()),
+    extra=st.dictionaries(
+        st.text().filter(lambda k: k not in {"file_path", "pinned_at", "last_modified"}), st.integers()
+    ),
 )
-def test_to_dict_from_dict_round_trip(path: str, pinned_at: float, last_modified: float,
-                                      extra: dict[str, int]) -> None:
+def test_to_dict_from_dict_round_trip(
+    path: str, pinned_at: float, last_modified: float, extra: dict[str, int]
+) -> None:
     pin = PinnedFile(path, pinned_at, last_modified)
     payload = {**pin.to_dict(), **extra}
     assert PinnedFile.from_dict(payload) == pin
@@ -310,9 +312,14 @@ def maze(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(parts=st.lists(st.sampled_from(["a", "b", "f", "up", "upup", "out", "outf", "dangle", "..", ".", ""]),
-                      min_size=1, max_size=6),
-       sep=st.sampled_from(["/", "\\"]))
+@given(
+    parts=st.lists(
+        st.sampled_from(["a", "b", "f", "up", "upup", "out", "outf", "dangle", "..", ".", ""]),
+        min_size=1,
+        max_size=6,
+    ),
+    sep=st.sampled_from(["/", "\\"]),
+)
 def test_random_relative_paths_never_escape(maze: Path, parts: list[str], sep: str) -> None:
     store = PinnedFileStorage(maze)
     candidate = sep.join(parts)

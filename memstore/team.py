@@ -1,0 +1,85 @@
+"""Team memory: shared, human-readable notes in ``<root>/.teaagent/team-memory.md``.
+
+One entry is one line, ``- <created_at> — <text>``, appended under
+``<root>/.teaagent/team-memory.lock`` and never rewritten.  Because the format is
+one line per entry, line breaks inside an entry (``\\n``, ``\\r``, and the other
+separators ``str.splitlines`` knows) are collapsed: each line is stripped and the
+non-empty ones are joined with single spaces.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from pathlib import Path
+
+from memstore.errors import ArgumentTypeError, EmptyContentError
+from memstore.files import FileLock, append_line, ensure_dir, open_for_read
+from memstore.models import check_limit, utc_now_iso
+
+EMPTY_PROMPT = "[team-memory] No shared team context available."
+CHARS_PER_TOKEN = 4
+
+
+def one_line(text: str) -> str:
+    """Collapse every line break so the entry stays a single line of the file."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+class TeamMemory:
+    """Append-only shared notes of one repository root."""
+
+    def __init__(self, root: str | Path = ".") -> None:
+        self.root = Path(root)
+        self.directory = self.root / ".teaagent"
+        self.path = self.directory / "team-memory.md"
+        self._lock = FileLock(self.directory / "team-memory.lock")
+
+    def add(self, entry: str) -> str:
+        """Append one entry and return the written line (without its newline)."""
+        if not isinstance(entry, str):
+            raise ArgumentTypeError(f"entry must be a str, not {type(entry).__name__}")
+        text = one_line(entry)
+        if not text:
+            raise EmptyContentError("team memory entry cannot be empty")
+        line = f"- {utc_now_iso()} — {text}"
+        ensure_dir(self.directory)
+        with self._lock:
+            append_line(self.path, line.encode("utf-8"))
+        return line
+
+    def list(self) -> builtins.list[str]:
+        """Every non-empty line, oldest first; ``[]`` when the file does not exist."""
+        fd = open_for_read(self.path)
+        if fd is None:
+            return []
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
+        lines = data.decode("utf-8", errors="replace").split("\n")
+        return [line.removesuffix("\r") for line in lines if line.strip()]
+
+    def inject_prompt(self, limit_tokens: int = 2048) -> str:
+        """A prompt block of the newest entries that fit, printed oldest first.
+
+        The budget is ``limit_tokens * 4`` characters for the entry lines joined by
+        newlines (the header is not counted).  Entries are taken newest first and the
+        walk stops at the first one that does not fit, so what is shown is always a
+        contiguous run of the newest entries.  ``<n>`` in the header counts the
+        entries shown; when even the newest does not fit it is 0 and only the header
+        is returned.
+        """
+        budget = check_limit(limit_tokens, name="limit_tokens") * CHARS_PER_TOKEN
+        lines = self.list()
+        if not lines:
+            return EMPTY_PROMPT
+        chosen: builtins.list[str] = []
+        used = 0
+        for line in reversed(lines):
+            cost = len(line) + (1 if chosen else 0)
+            if used + cost > budget:
+                break
+            chosen.append(line)
+            used += cost
+        chosen.reverse()
+        header = f"[team-memory] Shared team context ({len(chosen)} entries):"
+        return "\n".join([header, *chosen])
