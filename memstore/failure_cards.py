@@ -1,0 +1,498 @@
+"""FailureCardStorage: failure cards in one JSON array, rewritten whole under a lock.
+
+All reads go through :meth:`FailureCardStorage._load_records` and all writes through
+:meth:`FailureCardStorage._store_records` (always under the lock), so a derived
+index can hook exactly those two places.  Stored dicts are kept as they are: keys
+this version does not know (signatures, warnings, fields of newer versions) survive
+every rewrite, and an object that is not a valid card is kept but never returned.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memstore.cards import (
+    WARNING_BEHAVIORS,
+    AutoInvalidationRule,
+    FailureCard,
+    card_match_score,
+    check_file_paths,
+    default_auto_invalidation_rules,
+    is_test_path,
+    rank_cards,
+    task_keywords,
+)
+from memstore.errors import ArgumentTypeError
+from memstore.files import FileLock, atomic_write, ensure_dir, storage_error
+from memstore.models import check_limit
+
+logger = logging.getLogger(__name__)
+
+Record = dict[str, Any]
+T = TypeVar("T")
+
+SIGNATURES_KEY = "signatures"
+"""Key inside a stored card dict holding its auto-invalidation baselines."""
+AUTO_WARNING_KEY = "auto_warning"
+"""Key inside a stored card dict holding why a rule raised its warning level."""
+
+FILE_SIGNATURE_CHANGE = "file_signature_change"
+TEST_REFACTOR = "test_refactor"
+DEPENDENCY_VERSION_CHANGE = "dependency_version_change"
+KNOWN_TRIGGERS = (FILE_SIGNATURE_CHANGE, TEST_REFACTOR, DEPENDENCY_VERSION_CHANGE)
+
+DEPENDENCY_MANIFESTS = frozenset({
+    "pyproject.toml", "setup.cfg", "setup.py", "Pipfile", "Pipfile.lock", "poetry.lock", "uv.lock",
+    "pdm.lock", "constraints.txt", "environment.yml", "package.json", "package-lock.json",
+    "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "bun.lockb", "Cargo.toml", "Cargo.lock",
+    "go.mod", "go.sum", "Gemfile", "Gemfile.lock", "composer.json", "composer.lock",
+})
+DEPENDENCY_PATTERNS = ("requirements*.txt",)
+
+
+class _Unknown:
+    """A file that exists but could not be read: never a change, never a baseline."""
+
+
+UNKNOWN = _Unknown()
+Signature = str | None | _Unknown
+"""SHA-256 hex of the bytes, ``None`` for a missing file, UNKNOWN when unreadable."""
+
+
+class FailureCardStorage:
+    """Failure cards of one workspace: ``<root>/.teaagent/memory/failures.json``.
+
+    Every write is a read-modify-write under ``failures.lock`` (never replaced), so
+    concurrent processes never lose each other's cards.
+    """
+
+    def __init__(self, root: Path | str) -> None:
+        if not isinstance(root, (str, os.PathLike)):
+            raise ArgumentTypeError(f"root must be a str or Path, not {type(root).__name__}")
+        self.root = Path(root)
+        directory = self.root / ".teaagent" / "memory"
+        ensure_dir(directory)
+        self.path = directory / "failures.json"
+        self.lock_path = directory / "failures.lock"
+        self.config_path = self.root / ".teaagent" / "config.json"
+        self._lock = FileLock(self.lock_path)
+
+    # -- the two hook points -------------------------------------------------------------
+
+    def _load_records(self) -> list[Record]:
+        """The stored card dicts in file order; ``[]`` for a missing or unreadable file.
+
+        Unparseable JSON, invalid UTF-8 and a top level that is not a list all read
+        as no cards; elements that are not objects are skipped (and dropped by the
+        next rewrite).
+        """
+        data = self._read_bytes()
+        if data is None:
+            return []
+        parsed = _parse_array(data)
+        if parsed is None:
+            return []
+        records = [item for item in parsed if isinstance(item, dict)]
+        if len(records) != len(parsed):
+            logger.debug("%s: skipped %d non-object elements", self.path, len(parsed) - len(records))
+        return records
+
+    def _store_records(self, records: list[Record]) -> None:
+        """Durably replace the file with ``records``. The caller holds the lock."""
+        text = json.dumps(records, indent=2) + "\n"
+        atomic_write(self.path, text.encode("utf-8"))
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _read_bytes(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except OSError:
+            return None
+
+    def _update(self, change: Callable[[list[Record]], tuple[T, bool]]) -> T:
+        """Run ``change`` on the records under the lock; store them if it says so."""
+        with self._lock:
+            records = self._load_records()
+            loaded_nothing = not records
+            result, changed = change(records)
+            if changed:
+                if loaded_nothing:
+                    self._keep_corrupt_copy()
+                self._store_records(records)
+            return result
+
+    def _keep_corrupt_copy(self) -> None:
+        """Before an unreadable file is overwritten, copy its bytes aside (never lose data)."""
+        data = self._read_bytes()
+        if data is None or not data.strip() or _parse_array(data) is not None:
+            return
+        backup = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
+        atomic_write(backup, data)
+        logger.warning("%s was not a JSON array; kept a copy at %s", self.path, backup)
+
+    @staticmethod
+    def _cards(records: Iterable[Record]) -> list[tuple[int, FailureCard]]:
+        """``(file_order, card)`` for every record that is a valid card."""
+        cards = []
+        for order, record in enumerate(records):
+            card = FailureCard.from_dict(record)
+            if card is None:
+                logger.debug("skipping stored failure card that is not valid: %.200r", record)
+            else:
+                cards.append((order, card))
+        return cards
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def list_all(self) -> list[FailureCard]:
+        """Every valid card in file order, active or not."""
+        return [card for _, card in self._cards(self._load_records())]
+
+    def list_active(self) -> list[FailureCard]:
+        now = time.time()
+        return [card for card in self.list_all() if card.is_active(now=now)]
+
+    def get_by_id(self, card_id: str) -> FailureCard | None:
+        """The first card in file order with this id (surrounding whitespace ignored)."""
+        wanted = _check_id(card_id)
+        for _, card in self._cards(self._load_records()):
+            if card.id == wanted:
+                return card
+        return None
+
+    def find_matching(
+        self,
+        file_paths: Iterable[str],
+        task_description: str,
+        error_type: str | None = None,
+        limit: int = 3,
+    ) -> list[FailureCard]:
+        """Active cards ranked by :func:`memstore.cards.card_match_score` (score > 0 only)."""
+        paths = check_file_paths(file_paths)
+        keywords = task_keywords(task_description)
+        if error_type is not None and not isinstance(error_type, str):
+            raise ArgumentTypeError(f"error_type must be a str or None, not {type(error_type).__name__}")
+        limit = check_limit(limit)
+        if limit == 0:
+            return []
+        now = time.time()
+        scored = (
+            (card_match_score(card, file_paths=paths, keywords=keywords, error_type=error_type), order, card)
+            for order, card in self._cards(self._load_records())
+            if card.is_active(now=now)
+        )
+        return rank_cards(scored, limit)
+
+    # -- writes --------------------------------------------------------------------------
+
+    def append(self, card: FailureCard) -> None:
+        if not isinstance(card, FailureCard):
+            raise ArgumentTypeError(f"card must be a FailureCard, not {type(card).__name__}")
+        payload = card.to_dict()
+
+        def change(records: list[Record]) -> tuple[None, bool]:
+            records.append(payload)
+            return None, True
+
+        self._update(change)
+
+    def invalidate(self, card_id: str, *, reason: str) -> bool:
+        """Mark every card with this id invalidated (permanently); True if any was found."""
+        wanted = _check_id(card_id)
+        if not isinstance(reason, str):
+            raise ArgumentTypeError(f"reason must be a str, not {type(reason).__name__}")
+
+        def change(records: list[Record]) -> tuple[bool, bool]:
+            found = changed = False
+            for order, card in self._cards(records):
+                if card.id != wanted:
+                    continue
+                found = True
+                if card.invalidated and card.invalidation_reason == reason:
+                    continue
+                card.invalidated = True
+                card.invalidation_reason = reason
+                records[order].update(card.to_dict())
+                changed = True
+            return found, changed
+
+        return self._update(change)
+
+    def prune_expired(self) -> int:
+        """Remove every inactive (expired or invalidated) card; return how many."""
+
+        def change(records: list[Record]) -> tuple[int, bool]:
+            now = time.time()
+            doomed = {order for order, card in self._cards(records) if not card.is_active(now=now)}
+            if doomed:
+                records[:] = [record for order, record in enumerate(records) if order not in doomed]
+            return len(doomed), bool(doomed)
+
+        return self._update(change)
+
+    def clear_all(self) -> None:
+        """Leave an empty array (the file is created if it did not exist)."""
+        with self._lock:
+            self._store_records([])
+
+    def clear_by_id(self, card_id: str) -> bool:
+        """Remove the first card with this id; True if one was removed."""
+        wanted = _check_id(card_id)
+
+        def change(records: list[Record]) -> tuple[bool, bool]:
+            for order, card in self._cards(records):
+                if card.id == wanted:
+                    del records[order]
+                    return True, True
+            return False, False
+
+        return self._update(change)
+
+    # -- auto-invalidation ---------------------------------------------------------------
+
+    def apply_auto_invalidation(self, config: Mapping[str, Any] | None = None) -> dict[str, int]:
+        """Apply the auto-invalidation rules; return trigger → number of cards acted on.
+
+        ``config`` may be the whole workspace config (``{"memory": {"auto_invalidation":
+        {...}}}``, recognised by its ``memory`` key) or just the ``auto_invalidation``
+        section; ``None`` reads ``<root>/.teaagent/config.json``.  Custom rules replace
+        the default rule of the same trigger; unknown triggers never fire.
+
+        A file's first sighting only records its SHA-256 baseline in the card's stored
+        dict.  Later, a changed, deleted or newly created file is a change; a file that
+        exists but cannot be read is never a change (and keeps its old baseline).  Acting
+        moves the baseline, so a second run over unchanged files writes nothing.
+        """
+        enabled, rules = _auto_invalidation_settings(self._config_section(config))
+        counts = dict.fromkeys(KNOWN_TRIGGERS, 0)
+        for rule in rules:
+            counts.setdefault(rule.trigger, 0)
+        if not enabled:
+            return counts
+
+        def change(records: list[Record]) -> tuple[dict[str, int], bool]:
+            scanner = _SignatureScanner(self.root)
+            changed = False
+            now = time.time()
+            for order, card in self._cards(records):
+                if not card.is_active(now=now):
+                    continue
+                record = records[order]
+                before = copy.deepcopy(record)
+                fired = scanner.update_card(card, record)
+                for trigger in _apply_rules(card, record, rules, fired):
+                    counts[trigger] += 1
+                changed = changed or record != before
+            return counts, changed
+
+        return self._update(change)
+
+    def _config_section(self, config: Mapping[str, Any] | None) -> object:
+        if config is None:
+            data = _read_json_file(self.config_path)
+        elif isinstance(config, Mapping):
+            data = config
+        else:
+            raise ArgumentTypeError(f"config must be a mapping or None, not {type(config).__name__}")
+        if isinstance(data, Mapping) and (config is None or "memory" in data):
+            memory = data.get("memory", {})
+            return memory.get("auto_invalidation", {}) if isinstance(memory, Mapping) else {}
+        return data
+
+
+def _check_id(card_id: object) -> str:
+    if not isinstance(card_id, str):
+        raise ArgumentTypeError(f"card_id must be a str, not {type(card_id).__name__}")
+    return card_id.strip()
+
+
+def _parse_array(data: bytes) -> list[Any] | None:
+    """The top-level JSON array in ``data`` (a UTF-8 BOM allowed), else ``None``."""
+    try:
+        parsed = json.loads(data.decode("utf-8-sig"))
+    except (ValueError, RecursionError):
+        return None
+    return parsed if isinstance(parsed, list) else None
+
+
+def _read_json_file(path: Path) -> object:
+    """The parsed config; ``{}`` when absent, ``None`` when unreadable or corrupt."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        logger.warning("cannot read %s: %s", path, exc)
+        return None
+    try:
+        return json.loads(data.decode("utf-8-sig"))
+    except (ValueError, RecursionError):
+        logger.warning("%s is not valid JSON", path)
+        return None
+
+
+def _auto_invalidation_settings(section: object) -> tuple[bool, list[AutoInvalidationRule]]:
+    """(enabled, rules) from the ``auto_invalidation`` section; bad config acts on nothing."""
+    if not isinstance(section, Mapping):
+        logger.warning("auto_invalidation config must be an object; auto-invalidation skipped")
+        return False, []
+    enabled = section.get("enabled", True)
+    if not isinstance(enabled, bool):
+        logger.warning("auto_invalidation.enabled must be true or false; auto-invalidation skipped")
+        return False, []
+    raw_rules = section.get("custom_rules") or []
+    if not isinstance(raw_rules, list):
+        logger.warning("auto_invalidation.custom_rules must be a list; ignoring it")
+        raw_rules = []
+    custom: list[AutoInvalidationRule] = []
+    for raw in raw_rules:
+        rule = AutoInvalidationRule.from_dict(raw)
+        if rule is None:
+            logger.warning("ignoring invalid auto-invalidation rule: %.200r", raw)
+        else:
+            if rule.trigger not in KNOWN_TRIGGERS:
+                logger.warning("auto-invalidation trigger %r is unknown and never fires", rule.trigger)
+            custom.append(rule)
+    rules: list[AutoInvalidationRule] = []
+    for default in default_auto_invalidation_rules():
+        replacements = [rule for rule in custom if rule.trigger == default.trigger]
+        rules.extend(replacements or [default])
+    rules.extend(rule for rule in custom if rule.trigger not in KNOWN_TRIGGERS)
+    return enabled, rules
+
+
+def _apply_rules(
+    card: FailureCard, record: Record, rules: list[AutoInvalidationRule], fired: dict[str, str]
+) -> list[str]:
+    """Apply the enabled rules whose trigger fired; return the triggers that acted."""
+    acted: list[str] = []
+    for rule in rules:
+        if not rule.enabled or rule.trigger not in fired or not rule.applies_to(card.file_path):
+            continue
+        reason = f"auto: {rule.trigger} ({rule.confidence} confidence): {fired[rule.trigger]}"
+        if rule.action == "invalidate":
+            card.invalidated = True
+            card.invalidation_reason = reason
+        else:
+            target = "block" if rule.action == "block" else "warning"
+            if WARNING_BEHAVIORS.index(card.warning_behavior) < WARNING_BEHAVIORS.index(target):
+                card.warning_behavior = target
+            record[AUTO_WARNING_KEY] = reason
+        record.update(card.to_dict())
+        if rule.trigger not in acted:
+            acted.append(rule.trigger)
+        if card.invalidated:
+            break
+    return acted
+
+
+class _SignatureScanner:
+    """Hashes files once per run and moves each card's stored baselines forward."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._files: dict[str, Signature] = {}
+        self._dependencies: Signature | None = None
+        self._dependencies_done = False
+
+    def file(self, path: str) -> Signature:
+        if path not in self._files:
+            self._files[path] = _file_signature(self.root / path) if path else UNKNOWN
+        return self._files[path]
+
+    def dependencies(self) -> Signature:
+        if not self._dependencies_done:
+            self._dependencies = _dependency_signature(self.root)
+            self._dependencies_done = True
+        return self._dependencies
+
+    def update_card(self, card: FailureCard, record: Record) -> dict[str, str]:
+        """Compare with the stored baselines, store the new ones; return trigger → what changed."""
+        stored = record.get(SIGNATURES_KEY)
+        stored = stored if isinstance(stored, dict) else {}
+        old_files = stored.get("files")
+        old_files = old_files if isinstance(old_files, dict) else {}
+        new_files: dict[str, str | None] = {}
+        changed_files: list[str] = []
+        tracked = [card.file_path, *(p for p in card.context_files if is_test_path(p))]
+        for path in dict.fromkeys(tracked):
+            current = self.file(path)
+            previous = old_files.get(path, UNKNOWN)
+            if previous is not None and not isinstance(previous, str):
+                previous = UNKNOWN
+            if isinstance(current, _Unknown):
+                if not isinstance(previous, _Unknown):
+                    new_files[path] = previous
+                continue
+            new_files[path] = current
+            if not isinstance(previous, _Unknown) and previous != current:
+                changed_files.append(path)
+
+        fired: dict[str, str] = {}
+        if card.file_path in changed_files:
+            fired[FILE_SIGNATURE_CHANGE] = f"{card.file_path} changed"
+        changed_tests = [path for path in changed_files if is_test_path(path)]
+        if changed_tests:
+            fired[TEST_REFACTOR] = f"test file {', '.join(changed_tests)} changed"
+
+        signatures: dict[str, Any] = {"files": new_files}
+        old_deps = stored.get("dependencies", UNKNOWN)
+        if old_deps is not None and not isinstance(old_deps, str):
+            old_deps = UNKNOWN
+        deps = self.dependencies()
+        if isinstance(deps, _Unknown):
+            if not isinstance(old_deps, _Unknown):
+                signatures["dependencies"] = old_deps
+        else:
+            signatures["dependencies"] = deps
+            if not isinstance(old_deps, _Unknown) and old_deps != deps:
+                fired[DEPENDENCY_VERSION_CHANGE] = "dependency manifests or lock files changed"
+        if signatures != stored:
+            record[SIGNATURES_KEY] = signatures
+        return fired
+
+
+def _file_signature(path: Path) -> Signature:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return UNKNOWN
+
+
+def _dependency_signature(root: Path) -> Signature:
+    """One SHA-256 over the names and hashes of the dependency files in ``root``."""
+    try:
+        with os.scandir(root) as entries:
+            names = sorted(
+                entry.name
+                for entry in entries
+                if (entry.name in DEPENDENCY_MANIFESTS
+                    or any(fnmatchcase(entry.name, pattern) for pattern in DEPENDENCY_PATTERNS))
+                and entry.is_file()
+            )
+    except FileNotFoundError:
+        names = []
+    except OSError as exc:
+        logger.warning("%s", storage_error("list", root, exc))
+        return UNKNOWN
+    combined = hashlib.sha256()
+    for name in names:
+        signature = _file_signature(root / name)
+        if isinstance(signature, _Unknown):
+            return UNKNOWN
+        if signature is not None:
+            combined.update(f"{name}\0{signature}\n".encode())
+    return combined.hexdigest()
