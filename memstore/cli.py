@@ -1,0 +1,809 @@
+"""The ``memstore`` command: parse, call one library function, print.
+
+Every command is a thin call into the library.  Human output is short lines and
+aligned tables; ``--json`` prints one JSON document with stable keys (see
+docs/cli.md).  Exit codes: 0 success, 1 not found / refused / failed, 2 usage
+error, 130 interrupted.  Errors are one line on stderr, never a traceback.
+
+Only the console script imports this module, so importing click at the top does
+not make ``import memstore`` heavier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from memstore import __version__
+from memstore.errors import MemstoreError, StorageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PROG = "memstore"
+CONTENT_WIDTH = 60
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class Refused(Exception):
+    """Something asked for was not found or was refused: exit 1 with this one-line message."""
+
+
+@dataclass(frozen=True)
+class Env:
+    """The options every command shares, resolved (subcommand first, then the group, then defaults)."""
+
+    root: Path
+    as_json: bool
+
+
+# ----------------------------------------------------------------------------- output helpers
+
+
+def _emit_json(payload: object) -> None:
+    # ensure_ascii: the output stays valid JSON whatever the terminal encoding,
+    # lone surrogates included.
+    click.echo(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=True, default=_json_default))
+
+
+def _json_default(value: object) -> object:
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
+def _one_line(text: str, width: int = CONTENT_WIDTH) -> str:
+    """Text for a table cell: whitespace collapsed, unprintables shown as '?', cut to ``width``."""
+    flat = " ".join(text.split())
+    flat = "".join(ch if ch.isprintable() else "?" for ch in flat)
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the last column is never padded."""
+    body = [list(row) for row in rows]
+    widths = [max([len(headers[i])] + [len(row[i]) for row in body]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [cell.ljust(widths[i]) for i, cell in enumerate(cells[:-1])]
+        return "  ".join([*padded, cells[-1]]).rstrip()
+
+    return "\n".join([line(headers)] + [line(row) for row in body])
+
+
+def _fields(pairs: Iterable[tuple[str, object]]) -> str:
+    """``key: value`` lines with the values aligned."""
+    items = [(key, _scalar(value)) for key, value in pairs]
+    width = max((len(key) for key, _ in items), default=0)
+    return "\n".join(f"{key + ':':<{width + 1}} {value}".rstrip() for key, value in items)
+
+
+def _scalar(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_scalar(item) for item in value) or "-"
+    if isinstance(value, Mapping):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, object]]:
+    """Nested report dicts as dotted keys, for ``key: value`` output."""
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from _flatten(value, f"{name}.")
+        else:
+            yield name, value
+
+
+def _entries_table(entries: Sequence[Any], *, empty: str = "no entries") -> str:
+    if not entries:
+        return empty
+    rows = [
+        (entry.memory_id, entry.created_at[:19], _one_line(",".join(entry.tags), 24),
+         _one_line(entry.content))
+        for entry in entries
+    ]
+    return _table(("ID", "CREATED", "TAGS", "CONTENT"), rows)
+
+
+def _cards_table(cards: Sequence[Any], *, empty: str = "no failure cards") -> str:
+    if not cards:
+        return empty
+    rows = []
+    for card in cards:
+        where = card.file_path if card.line_number is None else f"{card.file_path}:{card.line_number}"
+        rows.append(
+            (
+                card.id,
+                "active" if card.is_active() else ("invalidated" if card.invalidated else "expired"),
+                card.confidence,
+                _one_line(card.error_type, 20),
+                _one_line(where, 40),
+                _one_line(card.error_message, 50),
+            )
+        )
+    return _table(("ID", "STATUS", "CONFIDENCE", "ERROR", "FILE", "MESSAGE"), rows)
+
+
+def _show_entry(entry: Any) -> str:
+    head = _fields(
+        [
+            ("memory_id", entry.memory_id),
+            ("created_at", entry.created_at),
+            ("tags", list(entry.tags)),
+            ("branch_name", entry.branch_name),
+            ("run_id", entry.run_id),
+        ]
+    )
+    return f"{head}\n\n{entry.content}"
+
+
+def _bytes(value: object) -> str:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return _scalar(value)
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{value} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(value)  # pragma: no cover - the loop always returns
+
+
+# ----------------------------------------------------------------------------- shared options
+
+
+def _resolve_env(ctx: click.Context, root: Path | None, as_json: bool) -> Env:
+    top = ctx.find_root().params
+    if root is None:
+        root = top.get("root")
+    as_json = as_json or bool(top.get("as_json"))
+    return Env(root=Path(root) if root is not None else Path("."), as_json=as_json)
+
+
+_ROOT_HELP = "Workspace root holding .teaagent/ (default: the current directory)."
+_JSON_HELP = "Print one JSON document on stdout instead of human-readable text."
+
+
+def _root_option() -> Callable[[F], F]:
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        metavar="PATH",
+        help=_ROOT_HELP,
+    )
+
+
+def _json_option() -> Callable[[F], F]:
+    return click.option("--json", "as_json", is_flag=True, default=False, help=_JSON_HELP)
+
+
+def with_env(func: Callable[..., None]) -> Callable[..., None]:
+    """Add ``--root`` and ``--json`` to a command and hand it the resolved :class:`Env`."""
+
+    def wrapper(ctx: click.Context, /, root: Path | None, as_json: bool, **kwargs: Any) -> None:
+        func(_resolve_env(ctx, root, as_json), **kwargs)
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return _root_option()(_json_option()(click.pass_context(wrapper)))
+
+
+def _limit_option(default: int, what: str) -> Callable[[F], F]:
+    return click.option(
+        "--limit",
+        type=click.IntRange(min=0),
+        default=default,
+        show_default=True,
+        help=f"Return at most this many {what}.",
+    )
+
+
+def _catalog(env: Env, *, for_reading: bool = False) -> Any:
+    """The project catalog; a read falls back to readonly when the store exists but cannot be written."""
+    from memstore.catalog import MemoryCatalog
+
+    try:
+        return MemoryCatalog(env.root)
+    except StorageError:
+        if for_reading and (env.root / ".teaagent").is_dir():
+            return MemoryCatalog(env.root, readonly=True)
+        raise
+
+
+def _failure_cards(env: Env) -> Any:
+    from memstore.failure_cards import FailureCardStorage
+
+    return FailureCardStorage(env.root)
+
+
+# ----------------------------------------------------------------------------- the command tree
+
+
+@click.group(
+    name=PROG,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    no_args_is_help=True,
+)
+@_root_option()
+@_json_option()
+@click.version_option(__version__, "--version", prog_name=PROG, help="Show the version and exit.")
+def cli(root: Path | None, as_json: bool) -> None:
+    """Inspect and maintain an agent's memory: the catalog, failure cards, pins, team notes and the index.
+
+    --root and --json work before the subcommand or after it.
+    """
+
+
+@cli.command("add")
+@click.argument("content")
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="Tag the entry (repeat for several).")
+@click.option("--branch", default=None, help="Scope the entry to this git branch.")
+@click.option("--run-id", default=None, help="Scope the entry to this run id.")
+@click.option("--quarantine", is_flag=True, help="Append to the quarantine file (needs --provenance).")
+@click.option(
+    "--provenance", default=None, metavar="JSON", help="Provenance of the quarantined entry (a JSON object)."
+)
+@with_env
+def add_command(
+    env: Env,
+    content: str,
+    tags: tuple[str, ...],
+    branch: str | None,
+    run_id: str | None,
+    quarantine: bool,
+    provenance: str | None,
+) -> None:
+    """Add CONTENT as a new memory entry and print its id."""
+    if quarantine != (provenance is not None):
+        raise click.UsageError("--quarantine and --provenance go together")
+    catalog = _catalog(env)
+    if quarantine:
+        entry = catalog.add_quarantined(
+            content, tags=tags, provenance=_json_object(provenance, "--provenance"), branch_name=branch,
+            run_id=run_id,
+        )
+    else:
+        entry = catalog.add(content, tags=tags, branch_name=branch, run_id=run_id)
+    if env.as_json:
+        _emit_json({"entry": entry.to_dict(), "quarantined": quarantine})
+    else:
+        click.echo(f"{'quarantined' if quarantine else 'added'} {entry.memory_id}")
+
+
+def _json_object(text: str | None, option: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "")
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON ({exc})", param_hint=option) from None
+    if not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object", param_hint=option)
+    return value
+
+
+@cli.command("list")
+@_limit_option(20, "entries")
+@with_env
+def list_command(env: Env, limit: int) -> None:
+    """List the newest memory entries, newest first."""
+    entries = _catalog(env, for_reading=True).list(limit=limit)
+    if env.as_json:
+        _emit_json({"count": len(entries), "entries": [entry.to_dict() for entry in entries]})
+    else:
+        click.echo(_entries_table(entries))
+
+
+@cli.command("show")
+@click.argument("memory_id", metavar="ID")
+@with_env
+def show_command(env: Env, memory_id: str) -> None:
+    """Show the memory entry with this ID (exit 1 when there is none)."""
+    entry = _catalog(env, for_reading=True).show(memory_id)
+    if env.as_json:
+        _emit_json({"entry": entry.to_dict()})
+    else:
+        click.echo(_show_entry(entry))
+
+
+@cli.command("search")
+@click.argument("query")
+@_limit_option(10, "entries")
+@with_env
+def search_command(env: Env, query: str, limit: int) -> None:
+    """Search entries containing every word of QUERY, best match first."""
+    entries = _catalog(env, for_reading=True).search(query, limit=limit)
+    if env.as_json:
+        _emit_json({"query": query, "count": len(entries), "entries": [entry.to_dict() for entry in entries]})
+    else:
+        click.echo(_entries_table(entries, empty="no matches"))
+
+
+@cli.command("delete")
+@click.option("--branch", default=None, help="Delete every entry of this branch.")
+@click.option("--run-id", default=None, help="Delete every entry of this run id.")
+@with_env
+def delete_command(env: Env, branch: str | None, run_id: str | None) -> None:
+    """Delete the entries of one branch or one run (give exactly one of --branch, --run-id)."""
+    if (branch is None) == (run_id is None):
+        raise click.UsageError("give exactly one of --branch or --run-id")
+    catalog = _catalog(env)
+    deleted = catalog.delete_by_branch(branch) if branch is not None else catalog.delete_by_run_id(run_id)
+    if env.as_json:
+        _emit_json({"deleted": deleted, "branch": branch, "run_id": run_id})
+    else:
+        click.echo(f"deleted {deleted} entr{'y' if deleted == 1 else 'ies'}")
+
+
+@cli.command("quarantine")
+@click.option("--branch", required=True, help="Move every entry of this branch to quarantine.")
+@click.option("--reason", required=True, help="Why, recorded in each entry's provenance.")
+@with_env
+def quarantine_command(env: Env, branch: str, reason: str) -> None:
+    """Move a branch's entries out of the catalog into the quarantine file."""
+    moved = _catalog(env).quarantine_by_branch(branch, reason)
+    if env.as_json:
+        _emit_json({"quarantined": moved, "branch": branch, "reason": reason})
+    else:
+        click.echo(f"quarantined {moved} entr{'y' if moved == 1 else 'ies'}")
+
+
+@cli.command("quarantined")
+@_limit_option(20, "entries")
+@with_env
+def quarantined_command(env: Env, limit: int) -> None:
+    """List the newest quarantined entries, newest first."""
+    entries = _catalog(env, for_reading=True).list_quarantined(limit=limit)
+    if env.as_json:
+        _emit_json({"count": len(entries), "entries": [entry.to_dict() for entry in entries]})
+    else:
+        click.echo(_entries_table(entries, empty="no quarantined entries"))
+
+
+@cli.command("health")
+@with_env
+def health_command(env: Env) -> None:
+    """Report entry counts, corrupt lines and the index state."""
+    report = _catalog(env, for_reading=True).health_report()
+    if env.as_json:
+        _emit_json(report)
+    else:
+        click.echo(_fields(_flatten(report)))
+
+
+@cli.command("maintain")
+@with_env
+def maintain_command(env: Env) -> None:
+    """Report what a maintenance pass would clean up (dry run: nothing is changed)."""
+    report = _catalog(env, for_reading=True).maintain_dry_run()
+    if env.as_json:
+        _emit_json(report)
+    else:
+        click.echo(_fields(_flatten(report)))
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+@cli.group("failures")
+def failures_group() -> None:
+    """Failure cards: remembered errors that warn agents before they repeat them."""
+
+
+@failures_group.command("list")
+@click.option("--active", is_flag=True, help="Only cards that are neither invalidated nor expired.")
+@with_env
+def failures_list_command(env: Env, active: bool) -> None:
+    """List failure cards in file order."""
+    storage = _failure_cards(env)
+    cards = storage.list_active() if active else storage.list_all()
+    if env.as_json:
+        _emit_json({"count": len(cards), "cards": [card.to_dict() for card in cards]})
+    else:
+        click.echo(_cards_table(cards))
+
+
+@failures_group.command("show")
+@click.argument("card_id", metavar="ID")
+@with_env
+def failures_show_command(env: Env, card_id: str) -> None:
+    """Show the failure card with this ID (exit 1 when there is none)."""
+    card = _failure_cards(env).get_by_id(card_id)
+    if card is None:
+        raise Refused(f"failure card not found: {card_id.strip()}")
+    if env.as_json:
+        _emit_json({"card": card.to_dict()})
+    else:
+        click.echo(_fields([*card.to_dict().items(), ("active", card.is_active())]))
+
+
+@failures_group.command("match")
+@click.option("--file", "files", multiple=True, metavar="PATH", help="A file the task touches (repeatable).")
+@click.option("--task", required=True, help="The task description to match against.")
+@click.option("--error-type", default=None, help="Also prefer cards with this error type.")
+@_limit_option(3, "cards")
+@with_env
+def failures_match_command(
+    env: Env, files: tuple[str, ...], task: str, error_type: str | None, limit: int
+) -> None:
+    """Find the active failure cards most relevant to a task, best first."""
+    cards = _failure_cards(env).find_matching(list(files), task, error_type, limit)
+    if env.as_json:
+        _emit_json({"count": len(cards), "cards": [card.to_dict() for card in cards]})
+    else:
+        click.echo(_cards_table(cards, empty="no matching failure cards"))
+
+
+@failures_group.command("invalidate")
+@click.argument("card_id", metavar="ID")
+@click.option("--reason", required=True, help="Why the card no longer applies.")
+@with_env
+def failures_invalidate_command(env: Env, card_id: str, reason: str) -> None:
+    """Mark a failure card invalid for good (exit 1 when the ID is unknown)."""
+    found = _failure_cards(env).invalidate(card_id, reason=reason)
+    if env.as_json:
+        _emit_json({"id": card_id, "invalidated": found})
+    elif found:
+        click.echo(f"invalidated {card_id}")
+    if not found:
+        raise Refused(f"failure card not found: {card_id.strip()}")
+
+
+@failures_group.command("prune")
+@with_env
+def failures_prune_command(env: Env) -> None:
+    """Remove every invalidated or expired failure card."""
+    removed = _failure_cards(env).prune_expired()
+    if env.as_json:
+        _emit_json({"pruned": removed})
+    else:
+        click.echo(f"pruned {removed} card{'' if removed == 1 else 's'}")
+
+
+@failures_group.command("auto-invalidate")
+@with_env
+def failures_auto_invalidate_command(env: Env) -> None:
+    """Apply the auto-invalidation rules (.teaagent/config.json) and report counts per trigger."""
+    counts = _failure_cards(env).apply_auto_invalidation()
+    if env.as_json:
+        _emit_json({"counts": counts})
+    elif counts:
+        click.echo(_fields(sorted(counts.items())))
+    else:
+        click.echo("no rules applied")
+
+
+# ----------------------------------------------------------------------------- pins
+
+
+def _pins(env: Env) -> Any:
+    from memstore.pinned import PinnedFileStorage
+
+    return PinnedFileStorage(env.root)
+
+
+@cli.command("pin")
+@click.argument("path")
+@with_env
+def pin_command(env: Env, path: str) -> None:
+    """Pin PATH (relative to the root) so agents keep it in context; exit 1 when refused."""
+    pinned = _pins(env).add(path)
+    if env.as_json:
+        _emit_json({"path": path, "pinned": pinned})
+    elif pinned:
+        click.echo(f"pinned {path}")
+    if not pinned:
+        raise Refused(f"not pinned: {path} (see the warning above)")
+
+
+@cli.command("unpin")
+@click.argument("path")
+@with_env
+def unpin_command(env: Env, path: str) -> None:
+    """Unpin PATH; exit 1 when it was not pinned."""
+    removed = _pins(env).remove(path)
+    if env.as_json:
+        _emit_json({"path": path, "unpinned": removed})
+    elif removed:
+        click.echo(f"unpinned {path}")
+    if not removed:
+        raise Refused(f"not pinned: {path}")
+
+
+@cli.command("pinned")
+@with_env
+def pinned_command(env: Env) -> None:
+    """List pinned files."""
+    pins = _pins(env).list_all()
+    if env.as_json:
+        _emit_json({"count": len(pins), "pinned": [pin.to_dict() for pin in pins]})
+    elif not pins:
+        click.echo("no pinned files")
+    else:
+        rows = [(pin.file_path, _timestamp(pin.pinned_at), _timestamp(pin.last_modified)) for pin in pins]
+        click.echo(_table(("PATH", "PINNED", "MODIFIED"), rows))
+
+
+def _timestamp(value: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# ----------------------------------------------------------------------------- team memory
+
+
+def _team(env: Env) -> Any:
+    from memstore.team import TeamMemory
+
+    return TeamMemory(env.root)
+
+
+@cli.group("team")
+def team_group() -> None:
+    """Team memory: shared one-line notes in .teaagent/team-memory.md."""
+
+
+@team_group.command("add")
+@click.argument("text")
+@with_env
+def team_add_command(env: Env, text: str) -> None:
+    """Append TEXT to the team notes and print the written line."""
+    line = _team(env).add(text)
+    if env.as_json:
+        _emit_json({"line": line})
+    else:
+        click.echo(line)
+
+
+@team_group.command("list")
+@with_env
+def team_list_command(env: Env) -> None:
+    """Print every team note, oldest first."""
+    lines = _team(env).list()
+    if env.as_json:
+        _emit_json({"count": len(lines), "lines": lines})
+    else:
+        click.echo("\n".join(lines) if lines else "no team notes")
+
+
+@team_group.command("prompt")
+@click.option(
+    "--tokens", type=click.IntRange(min=0), default=2048, show_default=True,
+    help="Token budget (about 4 characters each) for the notes included.",
+)
+@with_env
+def team_prompt_command(env: Env, tokens: int) -> None:
+    """Print the prompt block an agent gets: the newest notes that fit the budget."""
+    prompt = _team(env).inject_prompt(limit_tokens=tokens)
+    if env.as_json:
+        _emit_json({"prompt": prompt, "tokens": tokens})
+    else:
+        click.echo(prompt)
+
+
+# ----------------------------------------------------------------------------- recall
+
+
+@cli.command("recall")
+@click.argument("query")
+@_limit_option(10, "results per tier")
+@with_env
+def recall_command(env: Env, query: str, limit: int) -> None:
+    """Search every tier at once: project, personal (~/.config/teaagent) and auto-memory."""
+    from memstore.hierarchy import MemoryHierarchy
+
+    results = MemoryHierarchy(env.root).search_all(query, limit=limit)
+    if env.as_json:
+        _emit_json({"query": query, **{tier: [entry.to_dict() for entry in entries]
+                                       for tier, entries in results.items()}})
+    else:
+        click.echo("\n\n".join(
+            f"{tier} ({len(entries)})\n{_entries_table(entries, empty='no matches')}"
+            for tier, entries in results.items()
+        ))
+
+
+# ----------------------------------------------------------------------------- the index
+
+
+class _ProgressBar:
+    """Feeds reindex(progress=...) into a click progress bar, created on the first call."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self._stack = stack
+        self._bar: Any = None
+        self._done = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            bar = click.progressbar(length=max(total, 1), label="indexing", file=sys.stderr)
+            self._bar = self._stack.enter_context(bar)
+        self._bar.update(max(done - self._done, 0))
+        self._done = done
+
+
+@cli.command("reindex")
+@click.option("--full", is_flag=True, help="Rebuild the index from scratch instead of catching it up.")
+@click.option("--check", is_flag=True, help="Compare the index with a fresh scan; exit 1 when they differ.")
+@with_env
+def reindex_command(env: Env, full: bool, check: bool) -> None:
+    """Catch the derived search index up with the files (or rebuild or verify it)."""
+    catalog = _catalog(env)
+    payload: dict[str, Any] = {}
+    if full or not check:
+        with contextlib.ExitStack() as stack:
+            show_progress = not env.as_json and sys.stderr.isatty()
+            report = catalog.reindex(full=full, progress=_ProgressBar(stack) if show_progress else None)
+        payload["reindex"] = report
+    if check:
+        payload["check"] = catalog.check_index()
+    if env.as_json:
+        _emit_json(payload)
+    else:
+        if "reindex" in payload:
+            click.echo(_fields(_flatten(payload["reindex"])))
+        if check and payload["check"].get("equal"):
+            click.echo(f"index matches the files: {payload['check'].get('summary', '')}".rstrip(": "))
+    if check and not payload["check"].get("equal"):
+        raise Refused(f"index differs from the files: {payload['check'].get('summary', '')}")
+
+
+def _index_sources(index: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The per-source rows of an index state, whether stored as a list or a name -> row mapping."""
+    sources = index.get("sources") or []
+    if isinstance(sources, Mapping):
+        return [{"source": name, **dict(row)} for name, row in sources.items()]
+    return [dict(row) for row in sources]
+
+
+@cli.command("status")
+@with_env
+def status_command(env: Env) -> None:
+    """Show the index per source: entries, bytes indexed, bytes behind, and the index size."""
+    index = _catalog(env, for_reading=True).health_report().get("index", {})
+    if env.as_json:
+        _emit_json({"index": index})
+        return
+    sources = _index_sources(index)
+    others = [(key, value) for key, value in index.items() if key != "sources"]
+    if others:
+        click.echo(_fields((key, _bytes(value) if "bytes" in key or "size" in key else value)
+                           for key, value in _flatten(dict(others))))
+    if sources:
+        rows = [
+            (
+                str(row.get("source") or row.get("name") or row.get("path") or "?"),
+                _scalar(row.get("entries")),
+                _bytes(row.get("bytes_indexed")),
+                _bytes(row.get("bytes_behind")),
+            )
+            for row in sources
+        ]
+        click.echo(("\n" if others else "") + _table(("SOURCE", "ENTRIES", "INDEXED", "BEHIND"), rows))
+
+
+# ----------------------------------------------------------------------------- watch
+
+
+@cli.command("watch")
+@click.option(
+    "--debounce-ms", type=click.IntRange(min=0), default=500, show_default=True,
+    help="Wait this long after a change event before acting on it.",
+)
+@with_env
+def watch_command(env: Env, debounce_ms: int) -> None:
+    """Keep the index hot: catch it up whenever the canonical files change (stop with Ctrl-C)."""
+    import signal
+
+    from memstore.watch_loop import IndexWatch
+
+    def report(action: Mapping[str, Any]) -> None:
+        if env.as_json:
+            click.echo(json.dumps(action, sort_keys=True, ensure_ascii=True, default=_json_default))
+
+    log_handler = logging.StreamHandler(sys.stderr)
+    log_handler.setFormatter(logging.Formatter(f"%(asctime)s {PROG} watch: %(message)s"))
+    watch_logger = logging.getLogger("memstore.watch_loop")
+    watch_logger.handlers[:] = [log_handler]
+    watch_logger.setLevel(logging.INFO)
+    watch_logger.propagate = False
+    watch = IndexWatch(env.root, debounce_ms=debounce_ms, on_action=report)
+
+    def stop(signum: int, _frame: object) -> None:
+        watch.request_stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        watch.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+class _StderrFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _configure_output() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_StderrFormatter())
+    logger = logging.getLogger("memstore")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+def _error(message: str) -> None:
+    flat = " ".join(message.split()) or "unknown error"
+    click.echo(f"{PROG}: error: {flat}", err=True)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror
+        if exc.filename is not None and str(exc.filename) not in text:
+            text = f"{text}: {exc.filename}"
+        return text
+    if isinstance(exc, ImportError):
+        return f"this command needs a part of memstore that is not available ({exc})"
+    return str(exc) or type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (the console script passes it to sys.exit)."""
+    _configure_output()
+    try:
+        args = list(argv) if argv is not None else None
+        result = cli.main(args=args, prog_name=PROG, standalone_mode=False)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        _error(exc.format_message() + hint)
+        return EXIT_USAGE
+    except click.Abort:
+        return EXIT_INTERRUPTED
+    except click.ClickException as exc:
+        _error(exc.format_message())
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Refused as exc:
+        _error(str(exc))
+        return EXIT_REFUSED
+    except BrokenPipeError:
+        # The reader went away (``memstore list | head``): quietly stop writing.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_REFUSED
+    except (MemstoreError, OSError, ValueError, TypeError, ImportError) as exc:
+        _error(_describe(exc))
+        return EXIT_REFUSED
+    return result if isinstance(result, int) else 0
