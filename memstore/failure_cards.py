@@ -266,7 +266,9 @@ class FailureCardStorage:
         ``config`` may be the whole workspace config (``{"memory": {"auto_invalidation":
         {...}}}``, recognised by its ``memory`` key) or just the ``auto_invalidation``
         section; ``None`` reads ``<root>/.teaagent/config.json``.  Custom rules replace
-        the default rule of the same trigger; unknown triggers never fire.
+        the default rule of the same trigger; unknown triggers never fire.  A missing
+        config file means the default rules; a config that cannot be read or has the
+        wrong shape (or a non-boolean ``enabled``) acts on nothing and logs a warning.
 
         A file's first sighting only records its SHA-256 baseline in the card's stored
         dict.  Later, a changed, deleted or newly created file is a change; a file that
