@@ -26,6 +26,8 @@ from memstore.files import (
     open_for_read,
     remove_stale_temps,
 )
+from memstore.index.catalog_index import CatalogIndex, RewritePlan
+from memstore.index.db import IndexBusyError
 from memstore.jsonl import decode_entry, encode_entry, is_blank
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScanResult, scan_list, scan_search, scan_show
@@ -83,7 +85,7 @@ class MemoryCatalog:
         self._scan = ScanCache(self.path)
         self._quarantine_scan = ScanCache(self.quarantine_path)
         self._use_index = use_index
-        self._index: Any = None
+        self._index: CatalogIndex | None = None
         self._index_error: str | None = None
         if not readonly:
             ensure_dir(directory, private=private)
@@ -190,24 +192,32 @@ class MemoryCatalog:
         """Rewrite memory.jsonl without matching entries, keeping every other line byte for byte.
 
         Lines that do not parse are kept (they are someone's data); blank lines are dropped.
+        The index follows the rewrite in the same locked operation instead of rebuilding.
         """
         with self._lock():
             remove_stale_temps(self.path)
+            index = self._index_for_rewrite()
             fd = open_for_read(self.path)
             if fd is None:
                 return []
             removed: builtins.list[MemoryEntry] = []
+            removed_starts: set[int] = set()
+            dropped: builtins.list[tuple[int, int]] = []
             kept: builtins.list[bytes] = []
             try:
-                for raw in iter_raw_lines(fd):
+                stat_before = os.fstat(fd)
+                for raw in iter_raw_lines(fd, stop=stat_before.st_size):
                     if raw.data is None:
                         kept.append(os.pread(fd, raw.end - raw.start, raw.start).rstrip(b"\n"))
                         continue
                     if is_blank(raw.data):
+                        dropped.append((raw.start, raw.end - raw.start))
                         continue
                     entry = decode_entry(raw.data)
                     if entry is not None and predicate(entry):
                         removed.append(entry)
+                        removed_starts.add(raw.start)
+                        dropped.append((raw.start, raw.end - raw.start))
                     else:
                         kept.append(raw.data)
             finally:
@@ -216,39 +226,47 @@ class MemoryCatalog:
                 return []
             if before is not None:
                 before(removed)
-            data = b"".join(line + b"\n" for line in kept)
-            stat = atomic_write(self.path, data)
-            self._after_rewrite(stat)
+            stat_after = atomic_write(self.path, b"".join(line + b"\n" for line in kept))
+            if index is not None:
+                plan = RewritePlan(
+                    before=stat_before, removed=frozenset(removed_starts), dropped=tuple(dropped)
+                )
+                try:
+                    index.apply_rewrite(plan, stat_after)
+                except IndexUnavailableError as exc:
+                    log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
             return removed
 
-    def _after_rewrite(self, stat: os.stat_result) -> None:
-        """Hook for the index's write-through (replaced when the index is attached)."""
+    def _index_for_rewrite(self) -> CatalogIndex | None:
+        """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""
         index = self._get_index()
-        if index is not None:
-            try:
-                index.after_rewrite(stat)
-            except IndexUnavailableError as exc:
-                self._index_failed(exc)
+        if index is None or not self.path.exists():
+            return None
+        try:
+            index.prepare_rewrite()
+        except IndexUnavailableError as exc:
+            log.info("index not followed through the rewrite of %s: %s", self.path, exc)
+            return None
+        return index
 
     # ------------------------------------------------------------------ reads
 
-    def _get_index(self) -> Any:
+    def _get_index(self) -> CatalogIndex | None:
         """The derived index for this catalog, or None when it cannot be used."""
         if not self._use_index or self._index_error is not None:
             return None
         if self._index is None:
-            try:
-                from memstore.index.catalog_index import CatalogIndex
-            except ImportError:  # pragma: no cover - the index package is part of memstore
-                return None
             self._index = CatalogIndex(self.path, readonly=self.readonly, private=self.private)
         return self._index
 
     def _index_failed(self, exc: Exception) -> None:
+        if isinstance(exc, IndexBusyError):
+            log.info("memstore index busy for %s, answering this call from a scan: %s", self.path, exc)
+            return
         log.warning("memstore index unavailable for %s, answering from a scan: %s", self.path, exc)
         self._index_error = str(exc)
 
-    def _from_index(self, query: Callable[[Any], T]) -> T | None:
+    def _from_index(self, query: Callable[[CatalogIndex], T]) -> T | None:
         index = self._get_index()
         if index is None:
             return None

@@ -13,6 +13,7 @@ from typing import Any
 
 from memstore.models import MemoryEntry, memory_entry_from_payload
 
+_orjson: Any
 try:  # pragma: no cover - exercised by both CI variants
     import orjson as _orjson
 except ImportError:  # pragma: no cover

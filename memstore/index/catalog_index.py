@@ -1,0 +1,568 @@
+"""The index of one catalog file (memory.jsonl): caught up from byte offsets on every query.
+
+Every read first compares the open file with the stored source state (a stat and,
+when racy or grown, two small fingerprints).  Unchanged: answer from a read
+snapshot.  Grown: index only the new lines.  Anything else: rebuild this source.
+Catch-up runs in one ``BEGIN IMMEDIATE`` transaction that re-reads the source
+row inside it, so concurrent processes never index the same bytes twice.
+"""
+
+from __future__ import annotations
+
+import bisect
+import builtins
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memstore.errors import IndexUnavailableError
+from memstore.files import iter_raw_lines, open_for_read
+from memstore.index.db import IndexBusyError, IndexFile, is_busy
+from memstore.index.search import Hit, search_rows, sql_safe
+from memstore.index.source import Change, SourceState
+from memstore.jsonl import decode_entry, is_blank
+from memstore.models import MemoryEntry, memory_matches, memory_relevance_score, tag_bonus
+from memstore.scan import ScanResult
+
+SOURCE_NAME = "memory"
+BATCH_ROWS = 20_000
+BULK_HASHSIZE = 64 * 1024 * 1024
+
+T = TypeVar("T")
+Progress = Callable[[int, int], None]
+
+
+class _StaleRow(Exception):
+    """A row's bytes no longer decode to an entry: the file changed under the index."""
+
+
+@dataclass(frozen=True, slots=True)
+class RewritePlan:
+    """How a rewrite of the file moved its lines, so the index can follow without a rebuild.
+
+    ``before`` is the stat of the file the rewriter read; ``removed`` holds the start
+    offsets of removed entry lines; ``dropped`` the sorted ``(start, length)`` of every
+    dropped line (removed entries and blank lines), from which new offsets follow.
+    """
+
+    before: os.stat_result
+    removed: frozenset[int]
+    dropped: tuple[tuple[int, int], ...]
+
+
+@dataclass(slots=True)
+class _Ingest:
+    """Counters and the pending batch of one catch-up."""
+
+    next_id: int
+    indexed_to: int
+    rows: int
+    corrupt: int
+    blank: int
+    tail_end: int | None = None
+    docs: list[tuple[Any, ...]] = field(default_factory=list)
+    fts: list[tuple[int, str, str]] = field(default_factory=list)
+    tags: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _encodable(value: str | None) -> bool:
+    if value is None:
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class CatalogIndex:
+    """The derived index of one memory.jsonl (project or personal tier)."""
+
+    def __init__(self, path: Path, *, readonly: bool = False, private: bool = False) -> None:
+        self.source_path = Path(path)
+        self.file = IndexFile(self.source_path.parent, readonly=readonly, private=private)
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        self._mutex = threading.RLock()
+        self._progress: Progress | None = None
+        self._tag_ids: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ connection
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # A connection inherited across fork() must never be used (or closed) here.
+        self._conn = None
+        self._tag_ids = {}
+        self._conn = self.file.connect(populate=self._populate_new)
+        self._pid = os.getpid()
+        return self._conn
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn = None
+        self._tag_ids = {}
+
+    def _populate_new(self, conn: sqlite3.Connection) -> None:
+        """Bulk-load a brand-new index file (journal off; it is renamed into place after)."""
+        fd = open_for_read(self.source_path)
+        if fd is None:
+            return
+        try:
+            conn.execute("INSERT INTO doc_fts(doc_fts, rank) VALUES ('hashsize', ?)", (BULK_HASHSIZE,))
+            conn.execute("BEGIN")
+            self._tag_ids = {}
+            self._ingest(conn, fd, os.fstat(fd), rebuild=True, state=None)
+            conn.execute("COMMIT")
+        finally:
+            self._tag_ids = {}
+            os.close(fd)
+
+    # ------------------------------------------------------------------ the read path
+
+    @contextlib.contextmanager
+    def _open_source(self) -> Iterator[int | None]:
+        fd = open_for_read(self.source_path)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _query(self, fd: int, answer: Callable[[sqlite3.Connection, int, SourceState], T]) -> T:
+        """Run ``answer`` on a snapshot in which the index matches the open file exactly."""
+        for _attempt in range(4):
+            try:
+                conn = self._connection()
+                conn.execute("BEGIN")
+                try:
+                    state = SourceState.load(conn, SOURCE_NAME)
+                    if state is not None and state.classify(fd, os.fstat(fd)) is Change.NONE:
+                        return answer(conn, fd, state)
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                self._catch_up(conn, fd)
+            except _StaleRow:
+                self._catch_up(self._connection(), fd, force=True)
+            except sqlite3.Error as exc:
+                self._on_sqlite_error(exc)
+        raise IndexUnavailableError("the catalog kept changing while it was being indexed")
+
+    def _on_sqlite_error(self, exc: sqlite3.Error) -> None:
+        if is_busy(exc):
+            raise IndexBusyError(f"index busy: {exc}") from exc
+        self._drop_connection()
+        self.file.set_aside(str(exc))
+
+    # ------------------------------------------------------------------ catch-up
+
+    def _catch_up(self, conn: sqlite3.Connection, fd: int, *, force: bool = False) -> dict[str, Any]:
+        started = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            st = os.fstat(fd)
+            state = SourceState.load(conn, SOURCE_NAME)
+            change = Change.REPLACED if (state is None or force) else state.classify(fd, st)
+            if change is Change.NONE:
+                conn.execute("COMMIT")
+                return {"action": "none", "rows": state.rows if state else 0, "seconds": 0.0}
+            ingest = self._ingest(conn, fd, st, rebuild=change is Change.REPLACED, state=state)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._tag_ids = {}
+            raise
+        return {
+            "action": "rebuilt" if change is Change.REPLACED else "appended",
+            "rows": ingest.rows,
+            "seconds": round(time.perf_counter() - started, 6),
+        }
+
+    def _ingest(
+        self,
+        conn: sqlite3.Connection,
+        fd: int,
+        st: os.stat_result,
+        *,
+        rebuild: bool,
+        state: SourceState | None,
+    ) -> _Ingest:
+        if rebuild or state is None:
+            self._clear(conn)
+            ingest = _Ingest(next_id=1, indexed_to=0, rows=0, corrupt=0, blank=0)
+        else:
+            rows = state.rows
+            if state.tail_end is not None:
+                # The unterminated last line is parsed again with whatever follows it now.
+                last = conn.execute("SELECT max(id) FROM doc").fetchone()[0]
+                if last is not None:
+                    self._delete_rows(conn, [last])
+                    rows -= 1
+            top = conn.execute("SELECT max(id) FROM doc").fetchone()[0]
+            ingest = _Ingest(
+                next_id=(top or 0) + 1,
+                indexed_to=state.indexed_to,
+                rows=rows,
+                corrupt=state.corrupt,
+                blank=state.blank,
+            )
+        total = st.st_size
+        for raw in iter_raw_lines(fd, start=ingest.indexed_to, stop=total):
+            if not raw.terminated:
+                entry = None if is_blank(raw.data) else decode_entry(raw.data)
+                if entry is not None:
+                    self._add_row(ingest, entry, raw.start, raw.end - raw.start)
+                    ingest.tail_end = raw.end
+                break
+            ingest.indexed_to = raw.end
+            if is_blank(raw.data):
+                ingest.blank += 1
+                continue
+            entry = decode_entry(raw.data)
+            if entry is None:
+                ingest.corrupt += 1
+                continue
+            self._add_row(ingest, entry, raw.start, raw.end - raw.start - 1)
+            if len(ingest.docs) >= BATCH_ROWS:
+                self._flush(conn, ingest)
+                if self._progress is not None:
+                    self._progress(raw.end, total)
+        self._flush(conn, ingest)
+        if self._progress is not None:
+            self._progress(total, total)
+        SourceState.of_file(
+            SOURCE_NAME,
+            fd,
+            st,
+            indexed_to=ingest.indexed_to,
+            tail_end=ingest.tail_end,
+            rows=ingest.rows,
+            corrupt=ingest.corrupt,
+            blank=ingest.blank,
+        ).save(conn)
+        return ingest
+
+    def _add_row(self, ingest: _Ingest, entry: MemoryEntry, off: int, length: int) -> None:
+        row_id = ingest.next_id
+        ingest.next_id += 1
+        ingest.rows += 1
+        content = entry.content.lower()
+        tags = "\n".join(entry.tags)
+        normal = (
+            sql_safe(content)
+            and sql_safe(tags)
+            and _encodable(entry.memory_id)
+            and _encodable(entry.created_at)
+        )
+        if not normal:
+            # Kept out of SQL matching, but present (empty) in the FTS table so that its
+            # integrity check against the content table holds.
+            ingest.docs.append((row_id, None, "", "", None, 0, off, length, 1))
+            ingest.fts.append((row_id, "", ""))
+            return
+        ingest.docs.append(
+            (row_id, entry.memory_id, content, tags, entry.created_at, tag_bonus(entry.tags), off, length, 0)
+        )
+        ingest.fts.append((row_id, content, tags))
+        ingest.tags.extend((row_id, tag) for tag in entry.tags)
+
+    def _flush(self, conn: sqlite3.Connection, ingest: _Ingest) -> None:
+        if ingest.docs:
+            conn.executemany(
+                "INSERT INTO doc(id, mid, c, t, created_at, bonus, off, len, odd) VALUES (?,?,?,?,?,?,?,?,?)",
+                ingest.docs,
+            )
+        if ingest.fts:
+            conn.executemany("INSERT INTO doc_fts(rowid, c, t) VALUES (?,?,?)", ingest.fts)
+        if ingest.tags:
+            counts = Counter(tag for _row, tag in ingest.tags)
+            for tag in counts:
+                if tag not in self._tag_ids:
+                    found = conn.execute("SELECT tid FROM tagvocab WHERE tag = ?", (tag,)).fetchone()
+                    if found is None:
+                        cursor = conn.execute("INSERT INTO tagvocab(tag, n) VALUES (?, 0)", (tag,))
+                        self._tag_ids[tag] = int(cursor.lastrowid or 0)
+                    else:
+                        self._tag_ids[tag] = int(found[0])
+            conn.executemany(
+                "UPDATE tagvocab SET n = n + ? WHERE tid = ?",
+                [(n, self._tag_ids[tag]) for tag, n in counts.items()],
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO entry_tag(tid, id) VALUES (?, ?)",
+                [(self._tag_ids[tag], row_id) for row_id, tag in ingest.tags],
+            )
+        ingest.docs.clear()
+        ingest.fts.clear()
+        ingest.tags.clear()
+
+    def _clear(self, conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM doc")
+        conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('delete-all')")
+        conn.execute("DELETE FROM entry_tag")
+        conn.execute("DELETE FROM tagvocab")
+        self._tag_ids = {}
+
+    @staticmethod
+    def _delete_rows(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+        """Remove rows and their FTS entries.
+
+        The tag tables are left as they are: they only ever need to be a superset
+        (the planner re-checks every row it takes from them).
+        """
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            conn.execute(
+                "INSERT INTO doc_fts(doc_fts, rowid, c, t) SELECT 'delete', id, c, t FROM doc"
+                f" WHERE id IN ({marks})",
+                chunk,
+            )
+            conn.execute(f"DELETE FROM doc WHERE id IN ({marks})", chunk)
+
+    # ------------------------------------------------------------------ answers
+
+    def _entry_at(self, fd: int, off: int, length: int) -> MemoryEntry:
+        entry = decode_entry(os.pread(fd, length, off))
+        if entry is None:
+            raise _StaleRow(off)
+        return entry
+
+    def _odd_rows(
+        self, conn: sqlite3.Connection, fd: int
+    ) -> builtins.list[tuple[int, int, int, MemoryEntry]]:
+        rows = conn.execute("SELECT id, off, len FROM doc WHERE odd = 1 ORDER BY id").fetchall()
+        return [(row_id, off, length, self._entry_at(fd, off, length)) for row_id, off, length in rows]
+
+    def search(self, tokens: Sequence[str], limit: int) -> list[MemoryEntry]:
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return []
+
+            def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
+                hits = search_rows(conn, tokens, limit, state.rows)
+                known: dict[int, MemoryEntry] = {}
+                for row_id, off, length, entry in self._odd_rows(conn, fd):
+                    if memory_matches(entry, tokens):
+                        known[row_id] = entry
+                        hits.append(
+                            Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id, off, length)
+                        )
+                hits.sort(key=Hit.sort_key)
+                return [
+                    known.get(hit.row_id) or self._entry_at(fd, hit.off, hit.length) for hit in hits[:limit]
+                ]
+
+            return self._query(fd, answer)
+
+    def list(self, limit: int) -> builtins.list[MemoryEntry]:
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return []
+
+            def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
+                rows = conn.execute("SELECT off, len FROM doc ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+                return [self._entry_at(fd, off, length) for off, length in rows]
+
+            return self._query(fd, answer)
+
+    def show(self, memory_id: str) -> builtins.list[MemoryEntry]:
+        """``[entry]`` for the first entry in file order with this id, ``[]`` when none."""
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return []
+
+            def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
+                candidates: builtins.list[tuple[int, MemoryEntry]] = []
+                if _encodable(memory_id):
+                    row = conn.execute(
+                        "SELECT id, off, len FROM doc WHERE mid = ? ORDER BY id LIMIT 1", (memory_id,)
+                    ).fetchone()
+                    if row is not None:
+                        candidates.append((row[0], self._entry_at(fd, row[1], row[2])))
+                candidates.extend(
+                    (row_id, entry)
+                    for row_id, _o, _l, entry in self._odd_rows(conn, fd)
+                    if entry.memory_id == memory_id
+                )
+                return [min(candidates, key=lambda item: item[0])[1]] if candidates else []
+
+            return self._query(fd, answer)
+
+    # ------------------------------------------------------------------ maintenance
+
+    def refresh(self, *, full: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+        """Catch up now (or rebuild with ``full``); returns what was done."""
+        with self._mutex, self._open_source() as fd:
+            started = time.perf_counter()
+            self._progress = progress
+            try:
+                if fd is None:
+                    return {"source": str(self.source_path), "action": "missing", "rows": 0, "seconds": 0.0}
+                for _attempt in range(3):
+                    try:
+                        report = self._catch_up(self._connection(), fd, force=full)
+                        break
+                    except sqlite3.Error as exc:
+                        self._on_sqlite_error(exc)
+                else:
+                    raise IndexUnavailableError(f"cannot refresh the index at {self.file.path}")
+            finally:
+                self._progress = None
+            report["source"] = str(self.source_path)
+            report["seconds"] = round(time.perf_counter() - started, 6)
+            return report
+
+    def prepare_rewrite(self) -> None:
+        """Bring the index level with the file before memstore rewrites it (caller holds the lock)."""
+        self.refresh()
+
+    def apply_rewrite(self, plan: RewritePlan, after: os.stat_result) -> bool:
+        """Follow memstore's own rewrite: delete removed rows, shift offsets, record the new file.
+
+        Returns False (and leaves the index to rebuild lazily) when the index was not
+        exactly at the state the rewriter read.
+        """
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return False
+            try:
+                conn = self._connection()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    ok = self._apply_rewrite(conn, fd, plan, after)
+                    conn.execute("COMMIT" if ok else "ROLLBACK")
+                    return ok
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                self._on_sqlite_error(exc)
+                return False
+
+    def _apply_rewrite(
+        self, conn: sqlite3.Connection, fd: int, plan: RewritePlan, after: os.stat_result
+    ) -> bool:
+        st = os.fstat(fd)
+        state = SourceState.load(conn, SOURCE_NAME)
+        before = plan.before
+        if (
+            state is None
+            or (st.st_dev, st.st_ino, st.st_size) != (after.st_dev, after.st_ino, after.st_size)
+            or (state.dev, state.ino, state.size, state.mtime_ns)
+            != (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
+        ):
+            return False
+        starts = [start for start, _length in plan.dropped]
+        shift_before: builtins.list[int] = [0]
+        for _start, length in plan.dropped:
+            shift_before.append(shift_before[-1] + length)
+        removed: builtins.list[int] = []
+        moved: builtins.list[tuple[int, int]] = []
+        for row_id, off in conn.execute("SELECT id, off FROM doc ORDER BY id"):
+            if off in plan.removed:
+                removed.append(row_id)
+                continue
+            shift = shift_before[bisect.bisect_left(starts, off)]
+            if shift:
+                moved.append((off - shift, row_id))
+        if len(removed) != len(plan.removed):
+            return False
+        self._delete_rows(conn, removed)
+        conn.executemany("UPDATE doc SET off = ? WHERE id = ?", moved)
+        rows = state.rows - len(removed)
+        SourceState.of_file(
+            SOURCE_NAME,
+            fd,
+            st,
+            indexed_to=st.st_size,
+            tail_end=None,
+            rows=rows,
+            corrupt=state.corrupt,
+            blank=0,
+        ).save(conn)
+        return True
+
+    def state(self) -> dict[str, Any]:
+        """Per-source figures for health reports and ``memstore status``."""
+        with self._mutex, self._open_source() as fd:
+            size = os.fstat(fd).st_size if fd is not None else 0
+            info: dict[str, Any] = {
+                "state": "missing" if not self.file.path.exists() else "ready",
+                "path": str(self.file.path),
+                "index_bytes": self.file.size_bytes(),
+                "source": str(self.source_path),
+                "source_bytes": size,
+            }
+            if not self.file.path.exists():
+                info.update(entries=0, bytes_indexed=0, bytes_behind=size)
+                return info
+            try:
+                conn = self._connection()
+                state = SourceState.load(conn, SOURCE_NAME)
+            except sqlite3.Error as exc:
+                self._on_sqlite_error(exc)
+                raise IndexUnavailableError(str(exc)) from exc
+            if state is None:
+                info.update(entries=0, bytes_indexed=0, bytes_behind=size)
+            else:
+                indexed = state.tail_end if state.tail_end is not None else state.indexed_to
+                fresh = fd is not None and state.classify(fd, os.fstat(fd)) is Change.NONE
+                info.update(
+                    entries=state.rows,
+                    corrupt_lines=state.corrupt,
+                    bytes_indexed=indexed,
+                    bytes_behind=max(0, size - indexed) if fresh or size >= indexed else size,
+                    fresh=fresh,
+                )
+            return info
+
+    def check(self, scanned: ScanResult) -> dict[str, Any]:
+        """Compare the index (brought up to date first) with a fresh scan of the file."""
+        self.refresh()
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                equal = not scanned.entries
+                return {
+                    "equal": equal,
+                    "summary": "no catalog file" if equal else "file vanished during check",
+                }
+            conn = self._connection()
+            rows = conn.execute("SELECT off, len FROM doc ORDER BY id").fetchall()
+            indexed = [(off, self._entry_at(fd, off, length)) for off, length in rows]
+            expected = [(item.order, item.entry) for item in scanned.entries]
+            integrity = conn.execute("PRAGMA quick_check").fetchone()[0]
+            fts_ok = True
+            try:
+                conn.execute("INSERT INTO doc_fts(doc_fts, rank) VALUES ('integrity-check', 1)")
+            except sqlite3.DatabaseError:
+                fts_ok = False
+        missing = len({o for o, _e in expected} - {o for o, _e in indexed})
+        extra = len({o for o, _e in indexed} - {o for o, _e in expected})
+        equal = indexed == expected and integrity == "ok" and fts_ok
+        summary = (
+            "index equals a fresh scan"
+            if equal
+            else f"index differs: {missing} missing, {extra} extra, {len(indexed)} indexed vs {len(expected)}"
+            f" scanned, sqlite check {integrity!r}, fts check {'ok' if fts_ok else 'failed'}"
+        )
+        return {"equal": equal, "summary": summary, "indexed": len(indexed), "scanned": len(expected)}

@@ -1,0 +1,43 @@
+"""Create or migrate an index file with Alembic (run only when the schema version differs).
+
+SQLAlchemy owns the engine here, with the pragmas set in a connect listener;
+the per-query path never imports this module.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from memstore.index.db import SCHEMA_REVISION, SCHEMA_VERSION
+
+
+def _set_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout = 10000")
+    cursor.close()
+
+
+def migrations_dir() -> Path:
+    return Path(str(resources.files("memstore._migrations")))
+
+
+def upgrade_to_head(db_path: Path) -> None:
+    """Bring the schema of ``db_path`` to the newest revision and stamp ``user_version``."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, event, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(f"sqlite:///{db_path}", poolclass=NullPool)
+    event.listen(engine, "connect", _set_pragmas)
+    try:
+        config = Config()
+        config.set_main_option("script_location", str(migrations_dir()))
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, SCHEMA_REVISION)
+            connection.execute(text(f"PRAGMA user_version = {SCHEMA_VERSION}"))
+    finally:
+        engine.dispose()

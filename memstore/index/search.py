@@ -1,0 +1,272 @@
+"""Exact top-k search over the indexed catalog rows.
+
+Scores are small integers: +3 per token in the (Python-lowered) content, +2 per
+token in some tag, plus the row's tag bonus.  The order is score desc,
+created_at desc, file order.  The planner never scores every row for a common
+token; it combines three exact pieces:
+
+1. *Narrow*: when the FTS5 trigram index (or the tag table) says few rows can
+   match, score exactly those rows in SQL.
+2. *Expand*: for each token and column whose hits are few, score those rows
+   exactly; every other row then provably lacks that token in that column, which
+   lowers the best score such a row can reach.
+3. *Walk*: walk the remaining rows per bonus class, newest first, scoring each,
+   and stop as soon as no later row of the class can still enter the top k.
+   A walk that runs long falls back to one exact SQL pass over its class.
+
+Rows SQLite cannot hold exactly (lone surrogates, NUL) are kept out of SQL and
+scored in Python by the caller; tokens containing such characters skip SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memstore.models import AUTO_CURATED_BONUS, CONTENT_POINTS, RUN_SUMMARY_BONUS, TAG_POINTS
+
+BONUS_CLASSES = (AUTO_CURATED_BONUS + RUN_SUMMARY_BONUS, AUTO_CURATED_BONUS, RUN_SUMMARY_BONUS, 0)
+MIN_CAP = 2000
+WALK_LIMIT = 20_000
+FETCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A scored row: ``key`` orders hits exactly as the spec does."""
+
+    score: int
+    created_at: str
+    row_id: int
+    off: int
+    length: int
+
+    def sort_key(self) -> tuple[int, _Rev, int]:
+        return (-self.score, _Rev(self.created_at), self.row_id)
+
+
+class _Rev:
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __lt__(self, other: _Rev) -> bool:
+        return self.value > other.value
+
+    def __gt__(self, other: _Rev) -> bool:
+        return self.value < other.value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Rev) and self.value == other.value
+
+    def __le__(self, other: _Rev) -> bool:
+        return self.value >= other.value
+
+    def __ge__(self, other: _Rev) -> bool:
+        return self.value <= other.value
+
+
+def sql_safe(token: str) -> bool:
+    """Tokens SQLite compares exactly: encodable as UTF-8 and without NUL."""
+    if "\x00" in token:
+        return False
+    try:
+        token.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def fts_phrase(token: str) -> str | None:
+    """The token as one quoted FTS5 phrase, or None when the trigram index cannot look it up."""
+    if len(token) < 3 or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in token):
+        return None
+    return '"' + token.replace('"', '""') + '"'
+
+
+class TopK:
+    """The best ``k`` hits seen so far, deduplicated by row id."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.hits: list[Hit] = []
+        self.seen: set[int] = set()
+
+    def offer(self, hit: Hit) -> None:
+        if hit.row_id in self.seen:
+            return
+        self.seen.add(hit.row_id)
+        self.hits.append(hit)
+        if len(self.hits) > 4 * self.k + 64:
+            self._trim()
+
+    def _trim(self) -> None:
+        self.hits.sort(key=Hit.sort_key)
+        del self.hits[self.k :]
+
+    def result(self) -> list[Hit]:
+        self._trim()
+        return list(self.hits)
+
+    def full(self) -> bool:
+        return len(self.hits) >= self.k
+
+    def worst(self) -> Hit:
+        self._trim()
+        return self.hits[-1]
+
+    def beats_worst(self, key: tuple[int, _Rev, int]) -> bool:
+        """Could a hit with this key (or any later one) still enter the top k?"""
+        if len(self.hits) < self.k:
+            return True
+        self._trim()
+        return key < self.hits[-1].sort_key()
+
+
+class Planner:
+    """Plans and runs one search over a consistent read snapshot."""
+
+    def __init__(self, conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int) -> None:
+        self.conn = conn
+        self.k = k
+        self.counts = Counter(tokens)
+        self.tokens = list(self.counts)
+        self.params = {f"p{i}": token for i, token in enumerate(self.tokens)}
+        self.cap = max(MIN_CAP, total_rows // 20)
+        self.match_sql = " AND ".join(
+            f"(instr(d.c, :p{i}) > 0 OR instr(d.t, :p{i}) > 0)" for i in range(len(self.tokens))
+        )
+        self.score_sql = (
+            " + ".join(
+                f"{CONTENT_POINTS * m} * (instr(d.c, :p{i}) > 0) + {TAG_POINTS * m} * (instr(d.t, :p{i}) > 0)"
+                for i, m in enumerate(self.counts.values())
+            )
+            + " + d.bonus"
+        )
+        self.select = f"SELECT d.id, {self.score_sql} AS s, d.created_at, d.off, d.len"
+
+    # -- the three pieces ---------------------------------------------------------
+
+    def run(self) -> list[Hit]:
+        top = TopK(self.k)
+        phrases = [fts_phrase(token) for token in self.tokens]
+        long_phrases = [p for p in phrases if p is not None]
+        if long_phrases:
+            query = " AND ".join(long_phrases)
+            if self._count_fts(query) < self.cap:
+                self._score_fts(query, top)
+                return top.result()
+        expanded: set[int] = set()
+        ceiling = 0
+        for token, phrase, multiplicity in zip(self.tokens, phrases, self.counts.values(), strict=True):
+            content_ids = self._few_fts(f"c : {phrase}") if phrase is not None else None
+            tag_ids = self._few_tagged(token)
+            if content_ids is not None and tag_ids is not None:
+                # Every matching row has this token in the content or a tag: all are expanded.
+                self._score_ids(content_ids | tag_ids, top)
+                return top.result()
+            if content_ids is not None:
+                expanded |= content_ids
+            else:
+                ceiling += CONTENT_POINTS * multiplicity
+            if tag_ids is not None:
+                expanded |= tag_ids
+            else:
+                ceiling += TAG_POINTS * multiplicity
+        self._score_ids(expanded, top)
+        for bonus in BONUS_CLASSES:
+            self._walk_class(bonus, ceiling + bonus, expanded, top)
+        return top.result()
+
+    def _count_fts(self, query: str) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?)",
+            (query, self.cap),
+        ).fetchone()
+        return int(row[0])
+
+    def _score_fts(self, query: str, top: TopK) -> None:
+        sql = (
+            f"{self.select} FROM doc_fts JOIN doc d ON d.id = doc_fts.rowid"
+            f" WHERE doc_fts MATCH :q AND {self.match_sql}"
+            " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
+        )
+        self._offer_rows(self.conn.execute(sql, {**self.params, "q": query, "k": self.k}), top)
+
+    def _few_fts(self, query: str) -> set[int] | None:
+        """Row ids matching an FTS query when there are fewer than the cap, else None."""
+        rows = self.conn.execute(
+            "SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?", (query, self.cap)
+        ).fetchall()
+        if len(rows) >= self.cap:
+            return None
+        return {row[0] for row in rows}
+
+    def _few_tagged(self, token: str) -> set[int] | None:
+        """Ids of rows with a tag containing ``token`` when few (the tag table is exact)."""
+        tags = self.conn.execute("SELECT tid, n FROM tagvocab WHERE instr(tag, ?) > 0", (token,)).fetchall()
+        if sum(n for _tid, n in tags) >= self.cap:
+            return None
+        ids: set[int] = set()
+        for tid, _n in tags:
+            ids.update(row[0] for row in self.conn.execute("SELECT id FROM entry_tag WHERE tid = ?", (tid,)))
+        return ids
+
+    def _score_ids(self, ids: set[int], top: TopK) -> None:
+        if not ids:
+            return
+        sql = (
+            f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
+        )
+        self._offer_rows(self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids))}), top)
+
+    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> None:
+        """Walk one bonus class newest first; stop once no later row can enter the top k."""
+        if top.full() and ceiling < top.worst().score:
+            return
+        sql = (
+            f"{self.select} FROM doc d INDEXED BY doc_walk WHERE d.bonus = :b AND {self.match_sql}"
+            " ORDER BY d.created_at DESC, d.id"
+        )
+        cursor = self.conn.execute(sql, {**self.params, "b": bonus})
+        walked = 0
+        try:
+            while True:
+                rows = cursor.fetchmany(FETCH)
+                if not rows:
+                    return
+                for row_id, score, created_at, off, length in rows:
+                    walked += 1
+                    if row_id not in expanded:
+                        top.offer(Hit(score, created_at, row_id, off, length))
+                    if not top.beats_worst((-ceiling, _Rev(created_at), row_id)):
+                        return
+                if walked >= WALK_LIMIT:
+                    break
+        finally:
+            cursor.close()
+        self._score_class(bonus, top)
+
+    def _score_class(self, bonus: int, top: TopK) -> None:
+        """One exact SQL pass over a class (the walk's fallback)."""
+        sql = (
+            f"{self.select} FROM doc d WHERE d.bonus = :b AND {self.match_sql}"
+            " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
+        )
+        self._offer_rows(self.conn.execute(sql, {**self.params, "b": bonus, "k": self.k}), top)
+
+    @staticmethod
+    def _offer_rows(cursor: sqlite3.Cursor, top: TopK) -> None:
+        for row_id, score, created_at, off, length in cursor:
+            top.offer(Hit(score, created_at, row_id, off, length))
+
+
+def search_rows(conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int) -> list[Hit]:
+    """The exact top-k hits among SQL-held rows (odd rows are the caller's)."""
+    if not tokens or k == 0 or not all(sql_safe(token) for token in tokens):
+        return []
+    return Planner(conn, tokens, k, total_rows).run()

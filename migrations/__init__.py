@@ -1,0 +1,1 @@
+"""Alembic environment for the memstore index schema (shipped as ``memstore._migrations``)."""
