@@ -119,8 +119,12 @@ def _entries_table(entries: Sequence[Any], *, empty: str = "no entries") -> str:
     if not entries:
         return empty
     rows = [
-        (entry.memory_id, entry.created_at[:19], _one_line(",".join(entry.tags), 24),
-         _one_line(entry.content))
+        (
+            entry.memory_id,
+            entry.created_at[:19],
+            _one_line(",".join(entry.tags), 24),
+            _one_line(entry.content),
+        )
         for entry in entries
     ]
     return _table(("ID", "CREATED", "TAGS", "CONTENT"), rows)
@@ -280,7 +284,10 @@ def add_command(
     catalog = _catalog(env)
     if quarantine:
         entry = catalog.add_quarantined(
-            content, tags=tags, provenance=_json_object(provenance, "--provenance"), branch_name=branch,
+            content,
+            tags=tags,
+            provenance=_json_object(provenance, "--provenance"),
+            branch_name=branch,
             run_id=run_id,
         )
     else:
@@ -588,7 +595,10 @@ def team_list_command(env: Env) -> None:
 
 @team_group.command("prompt")
 @click.option(
-    "--tokens", type=click.IntRange(min=0), default=2048, show_default=True,
+    "--tokens",
+    type=click.IntRange(min=0),
+    default=2048,
+    show_default=True,
     help="Token budget (about 4 characters each) for the notes included.",
 )
 @with_env
@@ -614,13 +624,19 @@ def recall_command(env: Env, query: str, limit: int) -> None:
 
     results = MemoryHierarchy(env.root).search_all(query, limit=limit)
     if env.as_json:
-        _emit_json({"query": query, **{tier: [entry.to_dict() for entry in entries]
-                                       for tier, entries in results.items()}})
+        _emit_json(
+            {
+                "query": query,
+                **{tier: [entry.to_dict() for entry in entries] for tier, entries in results.items()},
+            }
+        )
     else:
-        click.echo("\n\n".join(
-            f"{tier} ({len(entries)})\n{_entries_table(entries, empty='no matches')}"
-            for tier, entries in results.items()
-        ))
+        click.echo(
+            "\n\n".join(
+                f"{tier} ({len(entries)})\n{_entries_table(entries, empty='no matches')}"
+                for tier, entries in results.items()
+            )
+        )
 
 
 # ----------------------------------------------------------------------------- the index
@@ -668,38 +684,47 @@ def reindex_command(env: Env, full: bool, check: bool) -> None:
         raise Refused(f"index differs from the files: {payload['check'].get('summary', '')}")
 
 
-def _index_sources(index: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The per-source rows of an index state, whether stored as a list or a name -> row mapping."""
-    sources = index.get("sources") or []
+def _index_sources(index: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The per-source rows of an index state: a ``sources`` list or mapping, or the state itself."""
+    sources = index.get("sources")
     if isinstance(sources, Mapping):
         return [{"source": name, **dict(row)} for name, row in sources.items()]
-    return [dict(row) for row in sources]
+    if isinstance(sources, list):
+        return sources
+    return [index] if "source" in index else []
+
+
+def _status_text(index: Mapping[str, Any]) -> str:
+    head = f"index: {index.get('state', 'unknown')}"
+    if index.get("path"):
+        head += f" at {index['path']}"
+    if index.get("error"):
+        head += f" ({_one_line(str(index['error']), 200)})"
+    rows = [
+        (
+            str(row.get("source", "?")),
+            _scalar(row.get("entries")),
+            _bytes(row.get("bytes_indexed")),
+            _bytes(row.get("bytes_behind")),
+            _bytes(row.get("source_bytes")),
+            _bytes(row.get("index_bytes")),
+        )
+        for row in _index_sources(index)
+    ]
+    if not rows:
+        return head
+    return head + "\n" + _table(("SOURCE", "ENTRIES", "INDEXED", "BEHIND", "FILE SIZE", "INDEX SIZE"), rows)
 
 
 @cli.command("status")
 @with_env
 def status_command(env: Env) -> None:
-    """Show the index per source: entries, bytes indexed, bytes behind, and the index size."""
+    """Show the index per source: entries, bytes indexed, bytes behind and sizes."""
     index = _catalog(env, for_reading=True).health_report().get("index", {})
     if env.as_json:
         _emit_json({"index": index})
-        return
-    sources = _index_sources(index)
-    others = [(key, value) for key, value in index.items() if key != "sources"]
-    if others:
-        click.echo(_fields((key, _bytes(value) if "bytes" in key or "size" in key else value)
-                           for key, value in _flatten(dict(others))))
-    if sources:
-        rows = [
-            (
-                str(row.get("source") or row.get("name") or row.get("path") or "?"),
-                _scalar(row.get("entries")),
-                _bytes(row.get("bytes_indexed")),
-                _bytes(row.get("bytes_behind")),
-            )
-            for row in sources
-        ]
-        click.echo(("\n" if others else "") + _table(("SOURCE", "ENTRIES", "INDEXED", "BEHIND"), rows))
+    else:
+        click.echo(_status_text(index))
 
 
 # ----------------------------------------------------------------------------- watch
@@ -707,7 +732,10 @@ def status_command(env: Env) -> None:
 
 @cli.command("watch")
 @click.option(
-    "--debounce-ms", type=click.IntRange(min=0), default=500, show_default=True,
+    "--debounce-ms",
+    type=click.IntRange(min=0),
+    default=500,
+    show_default=True,
     help="Wait this long after a change event before acting on it.",
 )
 @with_env

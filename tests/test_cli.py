@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -357,21 +358,40 @@ def test_recall_searches_every_tier(root: Path, tmp_path: Path) -> None:
 def test_reindex_check_and_status(root: Path) -> None:
     ok(run(root, "add", "note number one"))
     ok(run(root, "add", "note number two"))
-    report = ok_json(run(root, "reindex", "--json"))
-    assert "reindex" in report
-    assert ok_json(run(root, "reindex", "--check", "--json"))["check"]["equal"] is True
+    report = ok_json(run(root, "reindex", "--full", "--json"))
+    assert report["reindex"]["rows"] == 2 and "check" not in report
+    assert re.search(r"^rows: +2$", ok(run(root, "reindex")), re.M)
+    checked = ok_json(run(root, "reindex", "--check", "--json"))
+    assert set(checked) == {"check"} and checked["check"]["equal"] is True
     assert "index matches the files" in ok(run(root, "reindex", "--full", "--check"))
-    status = ok_json(run(root, "status", "--json"))
-    assert "index" in status
-    text = ok(run(root, "status"))
-    assert "SOURCE" in text and "ENTRIES" in text and "BEHIND" in text
+
+    with open(root / ".teaagent" / "memory.jsonl", "ab") as handle:
+        handle.write(b"not yet indexed\n")
+    status = ok_json(run(root, "status", "--json"))["index"]
+    assert status["entries"] == 2 and status["bytes_behind"] == len(b"not yet indexed\n")
+    lines = ok(run(root, "status")).splitlines()
+    assert lines[0].startswith("index: ready at ")
+    assert lines[1].split() == ["SOURCE", "ENTRIES", "INDEXED", "BEHIND", "FILE", "SIZE", "INDEX", "SIZE"]
+    assert lines[2].split()[1:2] == ["2"] and " 16 B " in lines[2]
+
+    # Damage the index behind memstore's back (a row lost): --check reports it and exits 1.
+    with sqlite3.connect(root / ".teaagent" / "index" / "memstore.sqlite3") as conn:
+        conn.execute("DELETE FROM doc WHERE id = (SELECT max(id) FROM doc)")
+    result = run(root, "reindex", "--check", "--json")
+    assert json.loads(result.stdout)["check"]["equal"] is False
+    assert "index differs from the files" in error_line(result, 1)
+    ok(run(root, "reindex", "--full"))
+    ok(run(root, "reindex", "--check"))
 
 
-def test_reindex_without_a_usable_index_is_a_one_line_error(root: Path) -> None:
-    if HAS_INDEX:
-        pytest.skip("the index exists: covered by test_reindex_check_and_status")
-    message = error_line(run(root, "reindex"), 1)
-    assert "index" in message
+def test_an_unusable_index_is_a_one_line_error_and_queries_still_answer(root: Path) -> None:
+    ok(run(root, "add", "hello there"))
+    (root / ".teaagent" / "index").write_text("a file where the index directory belongs")
+    assert "index" in error_line(run(root, "reindex"), 1)
+    assert "index" in error_line(run(root, "reindex", "--check"), 1)
+    found = run(root, "search", "hello", "--json")
+    assert json.loads(ok(found))["count"] == 1  # answered by a scan, with a warning
+    assert "warning" in found.stderr
 
 
 # ----------------------------------------------------------------------------- errors and exit codes
