@@ -1,0 +1,212 @@
+"""Differential tests: the indexed catalog answers exactly what a naive scan of the file answers.
+
+The reference below is written from the spec text alone (it shares no code with the
+index or memstore.scan), and every operation sequence mixes API writes with the
+external edits git and editors make: appends, rewrites with a new inode, truncation,
+in-place edits, torn tails, corrupt lines and CRLF.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memstore.catalog import MemoryCatalog
+from memstore.models import memory_entry_from_payload
+
+# Characters chosen to break naive indexes: case folding that differs between Python
+# and SQLite, combining marks, emoji, NUL, lone surrogates, quotes and FTS syntax.
+ALPHABET = ["a", "b", "c", "ab", "abc", "İ", "ẞ", "Σ", "ς", "ǅ", "K", "é", "e\u0301", "😀", "\x00", "\ud800",
+            " ", '"', "*", "-", ":", "^", "(", "\t", "\x01", "ß", "ı", "Ω", "x"]
+QUERY_WORDS = ["a", "b", "ab", "abc", "bc", "c", "İ", "i̇", "ẞ", "ß", "σ", "ς", "ǆ", "k", "K", "é", "e\u0301",
+               "😀", "\x00", "\ud800", "AND", "OR", "NEAR(", '"', "*", "col:x", "-x", "^x", "x", "auto",
+               "run-summary", "curated", "tag", "zzz", '"ab"', "a*"]
+TAGS = ["auto-curated", "run-summary", "Tag", "abc", "ǅx", "İ", "x y", "😀", "\ud800"]
+STAMPS = ["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00", "2025-12-31T23:59:59+00:00", "2026"]
+IDS = ["id1", "id2", "id3", "ÿ", "\ud800x"]
+
+text = st.lists(st.sampled_from(ALPHABET), min_size=1, max_size=8).map("".join)
+
+
+@st.composite
+def entry_lines(draw: st.DrawFn) -> bytes:
+    payload = {
+        "memory_id": draw(st.sampled_from(IDS)),
+        "content": draw(text),
+        "tags": draw(st.lists(st.sampled_from(TAGS), max_size=3)),
+        "created_at": draw(st.sampled_from(STAMPS)),
+        "branch_name": draw(st.sampled_from([None, "b1", "b2"])),
+        "run_id": draw(st.sampled_from([None, "r1"])),
+    }
+    line = json.dumps(payload, sort_keys=True).encode()
+    return line + draw(st.sampled_from([b"", b"\r"]))
+
+
+junk_lines = st.sampled_from([b"{", b"}{", b"\xff\xfe", b"[]", b'{"content": "x"}', b"   ", b"", b"null",
+                              b'{"memory_id": "q", "content": "NaN", "created_at": NaN}',
+                              b'{"memory_id":"n","content":"nan ok","created_at":"2026","tags":[],"x":NaN}'])
+lines = st.lists(st.one_of(entry_lines(), entry_lines(), junk_lines), max_size=12)
+
+
+def reference(path: Path) -> list[tuple[int, object]]:
+    """Entries in file order, straight from the spec: split on \\n, skip what does not parse."""
+    if not path.exists():
+        return []
+    found = []
+    for order, raw in enumerate(path.read_bytes().split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            payload = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
+            continue
+        entry = memory_entry_from_payload(payload)
+        if entry is not None:
+            found.append((order, entry))
+    return found
+
+
+def reference_search(path: Path, query: str, limit: int) -> list[object]:
+    tokens = query.strip().lower().split()
+    if not tokens:
+        return []
+    scored = []
+    for order, entry in reference(path):
+        content = entry.content.lower()  # type: ignore[attr-defined]
+        tags = entry.tags  # type: ignore[attr-defined]
+        if not all(t in content or any(t in tag for tag in tags) for t in tokens):
+            continue
+        score = sum(3 * (t in content) + 2 * any(t in tag for tag in tags) for t in tokens)
+        score += 4 * ("auto-curated" in tags) + 2 * ("run-summary" in tags)
+        scored.append((score, entry.created_at, order, entry))  # type: ignore[attr-defined]
+    scored.sort(key=lambda item: item[2])
+    scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    return [item[3] for item in scored[:limit]]
+
+
+def assert_same(catalog: MemoryCatalog, queries: list[str]) -> None:
+    path = catalog.path
+    for query in queries:
+        for limit in (1, 3, 50):
+            assert catalog.search(query, limit=limit) == reference_search(path, query, limit), (query, limit)
+    expected = [entry for _order, entry in reference(path)]
+    assert catalog.list(limit=100) == expected[::-1][:100]
+    assert catalog.list(limit=2) == expected[::-1][:2]
+    for memory_id in IDS:
+        first = next((e for e in expected if e.memory_id == memory_id), None)  # type: ignore[attr-defined]
+        if first is None:
+            with pytest.raises(FileNotFoundError):
+                catalog.show(memory_id)
+        else:
+            assert catalog.show(memory_id) == first
+
+
+def write_raw(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """What git checkout does: a new inode at the same path."""
+    tmp = path.with_name("checkout.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), lines, st.booleans()),
+        st.tuples(st.just("add"), text, st.lists(st.sampled_from(TAGS), max_size=2),
+                  st.sampled_from([None, "b1", "b2"])),
+        st.tuples(st.just("delete_branch"), st.sampled_from(["b1", "b2"])),
+        st.tuples(st.just("delete_run"), st.just("r1")),
+        st.tuples(st.just("quarantine"), st.sampled_from(["b1", "b2"])),
+        st.tuples(st.just("replace"), lines),
+        st.tuples(st.just("truncate"), st.integers(min_value=0, max_value=400)),
+        st.tuples(st.just("edit"), st.integers(min_value=0, max_value=400)),
+        st.tuples(st.just("torn"), st.binary(min_size=1, max_size=20)),
+        st.tuples(st.just("delete_file")),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def apply(catalog: MemoryCatalog, op: tuple) -> None:
+    path = catalog.path
+    kind = op[0]
+    if kind == "append":
+        body = b"\n".join(op[1])
+        with open(path, "ab") as handle:
+            handle.write(body + (b"\n" if op[2] else b""))
+    elif kind == "add":
+        catalog.add(op[1], tags=op[2], branch_name=op[3]) if op[1].strip() else None
+    elif kind == "delete_branch":
+        catalog.delete_by_branch(op[1])
+    elif kind == "delete_run":
+        catalog.delete_by_run_id(op[1])
+    elif kind == "quarantine":
+        catalog.quarantine_by_branch(op[1], "test")
+    elif kind == "replace":
+        replace_file(path, b"\n".join(op[1]) + b"\n")
+    elif kind == "truncate" and path.exists():
+        data = path.read_bytes()
+        with open(path, "r+b") as handle:
+            handle.truncate(min(op[1], len(data)))
+    elif kind == "edit" and path.exists():
+        data = bytearray(path.read_bytes())
+        if data:
+            position = op[1] % len(data)
+            data[position] = ord("Z") if data[position] != ord("Z") else ord("Y")
+            with open(path, "r+b") as handle:
+                handle.write(bytes(data))
+    elif kind == "torn":
+        with open(path, "ab") as handle:
+            handle.write(op[1])
+    elif kind == "delete_file" and path.exists():
+        path.unlink()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(initial=lines, ops=operations, queries=st.lists(
+    st.lists(st.sampled_from(QUERY_WORDS), min_size=1, max_size=3).map(" ".join), min_size=1, max_size=4))
+def test_index_equals_scan_through_edits(tmp_path_factory: pytest.TempPathFactory, initial: list[bytes],
+                                         ops: list[tuple], queries: list[str]) -> None:
+    root = tmp_path_factory.mktemp("diff")
+    catalog = MemoryCatalog(root)
+    write_raw(catalog.path, b"\n".join(initial) + b"\n")
+    assert_same(catalog, queries)
+    for op in ops:
+        apply(catalog, op)
+        assert_same(catalog, queries)
+        # A second process (a fresh catalog object) sees the same answers from the shared index.
+        assert_same(MemoryCatalog(root), queries[:1])
+    report = catalog.check_index()
+    assert report["equal"], report["summary"]
+    # The answers above came from the index, not from the scan fallback.
+    assert catalog.health_report()["index"]["state"] == "ready"
+
+
+def test_common_token_topk_with_timestamp_ties(tmp_path: Path) -> None:
+    """The top-k walk must respect score, then created_at, then file order, even when it stops early."""
+    catalog = MemoryCatalog(tmp_path)
+    rows = []
+    for i in range(6000):
+        tags = ["auto-curated"] if i % 97 == 0 else (["run-summary"] if i % 89 == 0 else ["misc"])
+        if i % 13 == 0:
+            tags.append("the-tag")
+        stamp = STAMPS[i % 3]
+        content = "the common word " + ("the " if i % 7 == 0 else "") + f"row{i}"
+        rows.append(json.dumps({"memory_id": f"m{i}", "content": content, "tags": tags, "created_at": stamp,
+                                "branch_name": None, "run_id": None}, sort_keys=True))
+    write_raw(catalog.path, ("\n".join(rows) + "\n").encode())
+    for query in ["the", "the the", "common", "the tag", "t", "e", "row1", "misc the", "auto"]:
+        for limit in (1, 10, 25):
+            assert catalog.search(query, limit=limit) == reference_search(catalog.path, query, limit), query
+    assert catalog.health_report()["index"]["state"] == "ready"
