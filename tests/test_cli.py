@@ -192,10 +192,10 @@ def test_unprintable_and_undecodable_content_is_printed_safely(root: Path) -> No
 
 
 def test_delete_quarantine_and_quarantined(root: Path) -> None:
+    catalog = MemoryCatalog(root)  # fixtures through the library: `add` has its own test
     for content, branch, run_id in [("a1", "b1", None), ("a2", "b1", "r9"), ("a3", None, "r9"),
                                     ("a4", "qb", None), ("a5", None, None)]:
-        scope = (["--branch", branch] if branch else []) + (["--run-id", run_id] if run_id else [])
-        ok(run(root, "add", content, *scope))
+        catalog.add(content, branch_name=branch, run_id=run_id)
     deleted = ok_json(run(root, "delete", "--branch", "b1", "--json"))
     assert deleted == {"deleted": 2, "branch": "b1", "run_id": None}
     assert ok(run(root, "delete", "--run-id", "r9")) == "deleted 1 entry\n"
@@ -448,3 +448,35 @@ def test_keyboard_interrupt_exits_130_quietly(root: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(MemoryCatalog, "list", interrupted)
     assert cli.main(["list", "--root", str(root)]) == 130
     assert "Traceback" not in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the demo
+
+
+def _demo(root: Path, *args: str) -> Any:
+    repo = Path(__file__).resolve().parent.parent  # benchmarks/ is importable from here
+    return subprocess.run(
+        [sys.executable, "-m", "memstore.demo", "--size", "400", "--root", str(root), *args],
+        cwd=repo, capture_output=True, text=True, timeout=300, check=False,
+    )
+
+
+@NEEDS_INDEX
+def test_demo_builds_the_index_and_agrees_with_the_scan(root: Path) -> None:
+    out = ok(_demo(root / "demo"))
+    assert "Built the index" in out
+    searches = [line for line in out.splitlines() if line.startswith("  '")]
+    assert len(searches) == 6
+    assert all("same as the scan" in line for line in searches), searches
+    assert (root / "demo" / ".teaagent" / "index" / "memstore.sqlite3").exists()
+    refused = _demo(root / "demo")  # never overwrites an existing catalog
+    assert refused.returncode == 2 and "already holds a catalog" in refused.stderr
+
+
+def test_demo_without_a_usable_index_shows_scan_timings(root: Path) -> None:
+    (root / ".teaagent").mkdir()
+    (root / ".teaagent" / "index").write_text("not a directory")
+    out = ok(_demo(root))
+    assert "index is unavailable" in out
+    searches = [line for line in out.splitlines() if line.startswith("  '")]
+    assert len(searches) == 6 and all(" scan " in line and "index" not in line for line in searches)
