@@ -156,8 +156,13 @@ class IndexWatch:
             logger.debug("catch-up failed again (%s): %s", reason, message)
             return
         self._last_error = message
-        self._act("error", f"catch-up failed ({reason}): {message}", level=logging.ERROR, reason=reason,
-                  message=message)
+        self._act(
+            "error",
+            f"catch-up failed ({reason}): {message}",
+            level=logging.ERROR,
+            reason=reason,
+            message=message,
+        )
 
     def _act(self, event: str, text: str, *, level: int = logging.INFO, **details: Any) -> None:
         logger.log(level, "%s", text)
