@@ -148,6 +148,7 @@ def test_add_quarantined_empty_content(catalog: MemoryCatalog) -> None:
 def test_add_bad_types_raise_type_error_naming_the_argument(
     catalog: MemoryCatalog, kwargs: dict[str, Any], argument: str
 ) -> None:
+    kwargs = dict(kwargs)
     content = kwargs.pop("content")
     with pytest.raises(TypeError, match=argument):
         catalog.add(content, **kwargs)
@@ -451,13 +452,15 @@ def test_delete_uses_os_replace(catalog: MemoryCatalog, monkeypatch: pytest.Monk
     real_replace = os.replace
 
     def recording(src: Any, dst: Any) -> None:
-        replaced.append(str(dst))
+        if Path(dst) == catalog.path:
+            replaced.append(str(src))
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", recording)
     assert catalog.delete_by_branch("b") == 1
     assert catalog.delete_by_run_id("r") == 1
-    assert replaced == [str(catalog.path), str(catalog.path)]
+    assert len(replaced) == 2  # one atomic replace of memory.jsonl per rewrite
+    assert all(Path(src).parent == catalog.directory for src in replaced)  # temp files beside it
     assert catalog.delete_by_branch("none") == 0
     assert len(replaced) == 2  # nothing to delete: no rewrite
 
