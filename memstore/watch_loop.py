@@ -87,7 +87,8 @@ class IndexWatch:
         """Watch until :meth:`request_stop`; returns after stopping the watcher."""
         self._watcher.update_watched_files([str(path) for path in self.paths])
         self._watcher.start()
-        self._act("start", f"watching {', '.join(str(p) for p in self.paths)}", root=str(self.root))
+        files = [str(path) for path in self.paths]
+        self._act("start", f"watching {', '.join(files)}", root=str(self.root), files=files)
         try:
             self._catch_up("start")
             last_poll = time.monotonic()
