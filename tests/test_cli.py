@@ -6,9 +6,11 @@ to prepare fixtures (failure cards, a personal catalog) that have no command of 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import pty
 import re
 import sqlite3
 import subprocess
@@ -251,7 +253,7 @@ def test_failures_list_show_match(root: Path) -> None:
     gone = _card(storage, "src/old.py", "legacy stuff")
     storage.invalidate(gone.id, reason="obsolete")
 
-    cards = ok_json(run(root, "failures", "list", "--json"))
+    cards = ok_json(run(root.parent, "--root", str(root), "--json", "failures", "list"))
     assert cards["count"] == 3 and cards["cards"][0] == parser.to_dict()
     active = ok_json(run(root, "failures", "list", "--active", "--json"))
     assert [c["id"] for c in active["cards"]] == [parser.id, other.id]
@@ -382,6 +384,33 @@ def test_reindex_check_and_status(root: Path) -> None:
     assert "index differs from the files" in error_line(result, 1)
     ok(run(root, "reindex", "--full"))
     ok(run(root, "reindex", "--check"))
+
+
+@NEEDS_INDEX
+def test_reindex_draws_a_progress_bar_only_on_a_terminal(root: Path) -> None:
+    catalog = MemoryCatalog(root)
+    for number in range(5):
+        catalog.add(f"entry {number}")
+    plain = run(root, "reindex", "--full")
+    assert "indexing" not in plain.stderr and re.search(r"^rows: +5$", ok(plain), re.M)
+
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "memstore", "reindex", "--full", "--root", str(root)],
+            stdout=subprocess.PIPE, stderr=terminal, env=dict(os.environ, HOME=str(root.parent / "home")),
+        )
+        os.close(terminal)
+        stdout, _ = process.communicate(timeout=120)
+        drawn = b""
+        with contextlib.suppress(OSError):  # EIO once the terminal's other end is closed
+            while chunk := os.read(controller, 4096):
+                drawn += chunk
+    finally:
+        os.close(controller)
+    assert process.returncode == 0
+    assert b"indexing" in drawn and b"100%" in drawn
+    assert b"rows:" in stdout and b"indexing" not in stdout
 
 
 def test_an_unusable_index_is_a_one_line_error_and_queries_still_answer(root: Path) -> None:
