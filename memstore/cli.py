@@ -57,21 +57,15 @@ def _emit_json(payload: object) -> None:
 
 
 def _json_default(value: object) -> object:
+    """Library objects by their to_dict(); anything else in a report (a Path, say) as a string."""
     to_dict = getattr(value, "to_dict", None)
-    if callable(to_dict):
-        return to_dict()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    return str(value)
+    return to_dict() if callable(to_dict) else str(value)
 
 
-def _one_line(text: str, width: int = CONTENT_WIDTH) -> str:
+def _one_line(text: str, width: int | None = CONTENT_WIDTH) -> str:
     """Text for a table cell: whitespace collapsed, unprintables shown as '?', cut to ``width``."""
-    flat = " ".join(text.split())
-    flat = "".join(ch if ch.isprintable() else "?" for ch in flat)
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    flat = "".join(ch if ch.isprintable() else "?" for ch in " ".join(text.split()))
+    return flat if width is None or len(flat) <= width else flat[: width - 1] + "…"
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -120,8 +114,8 @@ def _entries_table(entries: Sequence[Any], *, empty: str = "no entries") -> str:
         return empty
     rows = [
         (
-            entry.memory_id,
-            entry.created_at[:19],
+            _one_line(entry.memory_id, None),
+            _one_line(entry.created_at[:19]),
             _one_line(",".join(entry.tags), 24),
             _one_line(entry.content),
         )
@@ -138,7 +132,7 @@ def _cards_table(cards: Sequence[Any], *, empty: str = "no failure cards") -> st
         where = card.file_path if card.line_number is None else f"{card.file_path}:{card.line_number}"
         rows.append(
             (
-                card.id,
+                _one_line(card.id, None),
                 "active" if card.is_active() else ("invalidated" if card.invalidated else "expired"),
                 card.confidence,
                 _one_line(card.error_type, 20),
@@ -165,12 +159,14 @@ def _show_entry(entry: Any) -> str:
 def _bytes(value: object) -> str:
     if not isinstance(value, int) or isinstance(value, bool):
         return _scalar(value)
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{value} B" if unit == "B" else f"{size:.1f} {unit}"
+    if value < 1024:
+        return f"{value} B"
+    size = value / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
         size /= 1024
-    return str(value)  # pragma: no cover - the loop always returns
+    return f"{size:.1f} GiB"
 
 
 # ----------------------------------------------------------------------------- shared options
@@ -253,7 +249,9 @@ def _failure_cards(env: Env) -> Any:
 @_json_option()
 @click.version_option(__version__, "--version", prog_name=PROG, help="Show the version and exit.")
 def cli(root: Path | None, as_json: bool) -> None:
-    """Inspect and maintain an agent's memory: the catalog, failure cards, pins, team notes and the index.
+    """Inspect and maintain an agent's memory.
+
+    The catalog, failure cards, pinned files, team notes and the search index.
 
     --root and --json work before the subcommand or after it.
     """
@@ -324,7 +322,10 @@ def list_command(env: Env, limit: int) -> None:
 @click.argument("memory_id", metavar="ID")
 @with_env
 def show_command(env: Env, memory_id: str) -> None:
-    """Show the memory entry with this ID (exit 1 when there is none)."""
+    """Show one memory entry.
+
+    Exit 1 when no entry has this ID.
+    """
     entry = _catalog(env, for_reading=True).show(memory_id)
     if env.as_json:
         _emit_json({"entry": entry.to_dict()})
@@ -337,7 +338,10 @@ def show_command(env: Env, memory_id: str) -> None:
 @_limit_option(10, "entries")
 @with_env
 def search_command(env: Env, query: str, limit: int) -> None:
-    """Search entries containing every word of QUERY, best match first."""
+    """Search entries, best match first.
+
+    An entry matches when every word of QUERY is in its content or a tag.
+    """
     entries = _catalog(env, for_reading=True).search(query, limit=limit)
     if env.as_json:
         _emit_json({"query": query, "count": len(entries), "entries": [entry.to_dict() for entry in entries]})
@@ -350,7 +354,10 @@ def search_command(env: Env, query: str, limit: int) -> None:
 @click.option("--run-id", default=None, help="Delete every entry of this run id.")
 @with_env
 def delete_command(env: Env, branch: str | None, run_id: str | None) -> None:
-    """Delete the entries of one branch or one run (give exactly one of --branch, --run-id)."""
+    """Delete the entries of one branch or one run.
+
+    Give exactly one of --branch and --run-id.
+    """
     if (branch is None) == (run_id is None):
         raise click.UsageError("give exactly one of --branch or --run-id")
     catalog = _catalog(env)
@@ -366,7 +373,10 @@ def delete_command(env: Env, branch: str | None, run_id: str | None) -> None:
 @click.option("--reason", required=True, help="Why, recorded in each entry's provenance.")
 @with_env
 def quarantine_command(env: Env, branch: str, reason: str) -> None:
-    """Move a branch's entries out of the catalog into the quarantine file."""
+    """Move a branch's entries into quarantine.
+
+    They leave memory.jsonl for memory-quarantine.jsonl, with the reason in their provenance.
+    """
     moved = _catalog(env).quarantine_by_branch(branch, reason)
     if env.as_json:
         _emit_json({"quarantined": moved, "branch": branch, "reason": reason})
@@ -389,7 +399,7 @@ def quarantined_command(env: Env, limit: int) -> None:
 @cli.command("health")
 @with_env
 def health_command(env: Env) -> None:
-    """Report entry counts, corrupt lines and the index state."""
+    """Report entry counts, corrupt lines and index state."""
     report = _catalog(env, for_reading=True).health_report()
     if env.as_json:
         _emit_json(report)
@@ -400,7 +410,10 @@ def health_command(env: Env) -> None:
 @cli.command("maintain")
 @with_env
 def maintain_command(env: Env) -> None:
-    """Report what a maintenance pass would clean up (dry run: nothing is changed)."""
+    """Report what a maintenance pass would clean up.
+
+    A dry run: nothing is changed.
+    """
     report = _catalog(env, for_reading=True).maintain_dry_run()
     if env.as_json:
         _emit_json(report)
@@ -413,7 +426,7 @@ def maintain_command(env: Env) -> None:
 
 @cli.group("failures")
 def failures_group() -> None:
-    """Failure cards: remembered errors that warn agents before they repeat them."""
+    """Failure cards: remembered errors that warn agents."""
 
 
 @failures_group.command("list")
@@ -433,7 +446,10 @@ def failures_list_command(env: Env, active: bool) -> None:
 @click.argument("card_id", metavar="ID")
 @with_env
 def failures_show_command(env: Env, card_id: str) -> None:
-    """Show the failure card with this ID (exit 1 when there is none)."""
+    """Show one failure card.
+
+    Exit 1 when no card has this ID.
+    """
     card = _failure_cards(env).get_by_id(card_id)
     if card is None:
         raise Refused(f"failure card not found: {card_id.strip()}")
@@ -452,7 +468,10 @@ def failures_show_command(env: Env, card_id: str) -> None:
 def failures_match_command(
     env: Env, files: tuple[str, ...], task: str, error_type: str | None, limit: int
 ) -> None:
-    """Find the active failure cards most relevant to a task, best first."""
+    """Find the active cards most relevant to a task.
+
+    Scored by file path, error type and task keywords; best first.
+    """
     cards = _failure_cards(env).find_matching(list(files), task, error_type, limit)
     if env.as_json:
         _emit_json({"count": len(cards), "cards": [card.to_dict() for card in cards]})
@@ -465,7 +484,10 @@ def failures_match_command(
 @click.option("--reason", required=True, help="Why the card no longer applies.")
 @with_env
 def failures_invalidate_command(env: Env, card_id: str, reason: str) -> None:
-    """Mark a failure card invalid for good (exit 1 when the ID is unknown)."""
+    """Invalidate a failure card for good.
+
+    Exit 1 when no card has this ID.
+    """
     found = _failure_cards(env).invalidate(card_id, reason=reason)
     if env.as_json:
         _emit_json({"id": card_id, "invalidated": found})
@@ -489,7 +511,10 @@ def failures_prune_command(env: Env) -> None:
 @failures_group.command("auto-invalidate")
 @with_env
 def failures_auto_invalidate_command(env: Env) -> None:
-    """Apply the auto-invalidation rules (.teaagent/config.json) and report counts per trigger."""
+    """Apply the auto-invalidation rules.
+
+    Rules come from .teaagent/config.json (defaults otherwise); prints the cards acted on per trigger.
+    """
     counts = _failure_cards(env).apply_auto_invalidation()
     if env.as_json:
         _emit_json({"counts": counts})
@@ -512,7 +537,10 @@ def _pins(env: Env) -> Any:
 @click.argument("path")
 @with_env
 def pin_command(env: Env, path: str) -> None:
-    """Pin PATH (relative to the root) so agents keep it in context; exit 1 when refused."""
+    """Pin a file so agents keep it in context.
+
+    PATH is relative to the root. Exit 1 when refused (secret, outside the root, missing, already pinned).
+    """
     pinned = _pins(env).add(path)
     if env.as_json:
         _emit_json({"path": path, "pinned": pinned})
@@ -526,7 +554,10 @@ def pin_command(env: Env, path: str) -> None:
 @click.argument("path")
 @with_env
 def unpin_command(env: Env, path: str) -> None:
-    """Unpin PATH; exit 1 when it was not pinned."""
+    """Unpin a file.
+
+    Exit 1 when PATH was not pinned.
+    """
     removed = _pins(env).remove(path)
     if env.as_json:
         _emit_json({"path": path, "unpinned": removed})
@@ -567,7 +598,10 @@ def _team(env: Env) -> Any:
 
 @cli.group("team")
 def team_group() -> None:
-    """Team memory: shared one-line notes in .teaagent/team-memory.md."""
+    """Team memory: shared one-line notes.
+
+    Stored in .teaagent/team-memory.md.
+    """
 
 
 @team_group.command("add")
@@ -603,7 +637,10 @@ def team_list_command(env: Env) -> None:
 )
 @with_env
 def team_prompt_command(env: Env, tokens: int) -> None:
-    """Print the prompt block an agent gets: the newest notes that fit the budget."""
+    """Print the team notes as an agent's prompt block.
+
+    The newest notes that fit the token budget, oldest first.
+    """
     prompt = _team(env).inject_prompt(limit_tokens=tokens)
     if env.as_json:
         _emit_json({"prompt": prompt, "tokens": tokens})
@@ -619,7 +656,10 @@ def team_prompt_command(env: Env, tokens: int) -> None:
 @_limit_option(10, "results per tier")
 @with_env
 def recall_command(env: Env, query: str, limit: int) -> None:
-    """Search every tier at once: project, personal (~/.config/teaagent) and auto-memory."""
+    """Search every memory tier at once.
+
+    The project catalog, the personal one (~/.config/teaagent) and .claude/MEMORY.md.
+    """
     from memstore.hierarchy import MemoryHierarchy
 
     results = MemoryHierarchy(env.root).search_all(query, limit=limit)
@@ -663,7 +703,10 @@ class _ProgressBar:
 @click.option("--check", is_flag=True, help="Compare the index with a fresh scan; exit 1 when they differ.")
 @with_env
 def reindex_command(env: Env, full: bool, check: bool) -> None:
-    """Catch the derived search index up with the files (or rebuild or verify it)."""
+    """Catch the search index up with the files.
+
+    --full rebuilds it from scratch; --check verifies it against a fresh scan.
+    """
     catalog = _catalog(env)
     payload: dict[str, Any] = {}
     if full or not check:
@@ -719,7 +762,10 @@ def _status_text(index: Mapping[str, Any]) -> str:
 @cli.command("status")
 @with_env
 def status_command(env: Env) -> None:
-    """Show the index per source: entries, bytes indexed, bytes behind and sizes."""
+    """Show the index state per source.
+
+    Entries, bytes indexed, bytes behind, file and index sizes.
+    """
     index = _catalog(env, for_reading=True).health_report().get("index", {})
     if env.as_json:
         _emit_json({"index": index})
@@ -740,7 +786,10 @@ def status_command(env: Env) -> None:
 )
 @with_env
 def watch_command(env: Env, debounce_ms: int) -> None:
-    """Keep the index hot: catch it up whenever the canonical files change (stop with Ctrl-C)."""
+    """Keep the index caught up while the files change.
+
+    Runs until Ctrl-C or SIGTERM.
+    """
     import signal
 
     from memstore.watch_loop import IndexWatch
@@ -812,6 +861,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = list(argv) if argv is not None else None
         result = cli.main(args=args, prog_name=PROG, standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.format_message(), err=True)
+        return EXIT_USAGE
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         _error(exc.format_message() + hint)

@@ -125,6 +125,8 @@ def test_help_runs_for_groups_and_commands(root: Path) -> None:
         assert name in top
     assert "--tokens" in ok(run(root, "team", "prompt", "--help"))
     assert "--error-type" in ok(run(root, "failures", "match", "--help"))
+    bare = run(root)  # no subcommand: the help, as a usage error
+    assert bare.returncode == 2 and bare.stderr.startswith("Usage: memstore") and "Traceback" not in bare.stderr
 
 
 def test_console_script_is_installed_and_runs(root: Path) -> None:
