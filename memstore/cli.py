@@ -738,25 +738,25 @@ def _index_sources(index: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def _status_text(index: Mapping[str, Any]) -> str:
-    head = f"index: {index.get('state', 'unknown')}"
-    if index.get("path"):
-        head += f" at {index['path']}"
-    if index.get("error"):
-        head += f" ({_one_line(str(index['error']), 200)})"
+    sources = _index_sources(index)
+    if not sources:
+        error = f" ({_one_line(str(index['error']), None)})" if index.get("error") else ""
+        return f"index: {index.get('state', 'unknown')}{error}"
+    files = sorted({str(row.get("index_path") or row.get("path")) for row in sources} - {"None"})
     rows = [
         (
-            str(row.get("source", "?")),
+            _one_line(str(row.get("source", "?")), None),
+            str(row.get("state", "-")),
             _scalar(row.get("entries")),
             _bytes(row.get("bytes_indexed")),
             _bytes(row.get("bytes_behind")),
             _bytes(row.get("source_bytes")),
             _bytes(row.get("index_bytes")),
         )
-        for row in _index_sources(index)
+        for row in sources
     ]
-    if not rows:
-        return head
-    return head + "\n" + _table(("SOURCE", "ENTRIES", "INDEXED", "BEHIND", "FILE SIZE", "INDEX SIZE"), rows)
+    headers = ("SOURCE", "STATE", "ENTRIES", "INDEXED", "BEHIND", "FILE SIZE", "INDEX SIZE")
+    return f"index: {', '.join(files) or '-'}\n" + _table(headers, rows)
 
 
 @cli.command("status")

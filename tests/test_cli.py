@@ -374,9 +374,10 @@ def test_reindex_check_and_status(root: Path) -> None:
     status = ok_json(run(root, "status", "--json"))["index"]
     assert status["entries"] == 2 and status["bytes_behind"] == len(b"not yet indexed\n")
     lines = ok(run(root, "status")).splitlines()
-    assert lines[0].startswith("index: ready at ")
-    assert lines[1].split() == ["SOURCE", "ENTRIES", "INDEXED", "BEHIND", "FILE", "SIZE", "INDEX", "SIZE"]
-    assert lines[2].split()[1:2] == ["2"] and " 16 B " in lines[2]
+    assert lines[0] == f"index: {Path('.teaagent', 'index', 'memstore.sqlite3')}"
+    assert lines[1].split() == ["SOURCE", "STATE", "ENTRIES", "INDEXED", "BEHIND", "FILE", "SIZE", "INDEX", "SIZE"]
+    assert lines[2].split()[0] == str(Path(".teaagent", "memory.jsonl"))
+    assert lines[2].split()[2] == "2" and " 16 B " in lines[2]
 
     # Damage the index behind memstore's back (a row lost): --check reports it and exits 1.
     with sqlite3.connect(root / ".teaagent" / "index" / "memstore.sqlite3") as conn:
