@@ -134,13 +134,15 @@ class IndexWatch:
         except WatchStopped:
             return
         except IndexUnavailableError as exc:
-            # The catalog remembers an index failure; start afresh next time so the watch recovers.
+            # The catalog remembers an index failure: start afresh next time.  The states are not
+            # recorded, so the next poll tries again (a busy or damaged index recovers by itself).
             self._catalog = None
             self._failed(reason, f"index unavailable: {exc}")
         except (MemstoreError, OSError, ValueError) as exc:
             self._catalog = None
             self._failed(reason, str(exc))
         else:
+            self._seen = states
             self._last_error = None
             elapsed_ms = round((time.monotonic() - started) * 1000, 1)
             self._act(
@@ -150,7 +152,6 @@ class IndexWatch:
                 elapsed_ms=elapsed_ms,
                 report=report,
             )
-        self._seen = states
 
     def _failed(self, reason: str, message: str) -> None:
         if message == self._last_error:

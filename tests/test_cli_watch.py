@@ -196,3 +196,35 @@ def test_index_watch_catches_up_on_every_kind_of_change(root: Path, monkeypatch:
     assert not any(calls), "the watch only ever catches up, never rebuilds"
     assert [a["event"] for a in actions][:2] == ["start", "reindex"] and actions[-1]["event"] == "stop"
     assert any("failures.json" in a.get("reason", "") for a in actions)
+
+
+def test_index_watch_retries_after_a_failure_and_reports_it_once(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstore.catalog import MemoryCatalog
+    from memstore.errors import IndexUnavailableError
+    from memstore.watch_loop import IndexWatch
+
+    MemoryCatalog(root).add("an entry")
+    attempts: list[int] = []
+
+    def reindex(self: MemoryCatalog, *, full: bool = False, progress: object = None) -> dict[str, int]:
+        attempts.append(1)
+        if len(attempts) <= 3:
+            raise IndexUnavailableError("database is locked")
+        return {"rows": 1}
+
+    monkeypatch.setattr(MemoryCatalog, "reindex", reindex)
+    actions: list[dict[str, Any]] = []
+    watch = IndexWatch(root, debounce_ms=20, poll_interval=0.1, on_action=actions.append)
+    runner = threading.Thread(target=watch.run)
+    runner.start()
+    try:
+        # No file changes at all: the poll keeps retrying until the index answers.
+        wait_for("a successful catch-up", lambda: any(a["event"] == "reindex" for a in actions))
+    finally:
+        watch.request_stop()
+        runner.join(TIMEOUT)
+    assert len(attempts) == 4
+    assert [a["event"] for a in actions] == ["start", "error", "reindex", "stop"]
+    assert "database is locked" in actions[1]["message"]
