@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -17,10 +16,6 @@ from typing import Any
 
 import pytest
 
-HAS_INDEX = importlib.util.find_spec("memstore.index.catalog_index") is not None
-NEEDS_INDEX = pytest.mark.skipif(
-    not HAS_INDEX, reason="memstore.index.catalog_index (the derived index) has not landed yet"
-)
 TIMEOUT = 30.0
 
 
@@ -114,7 +109,6 @@ def _caught_up_after(watch: Watch, count: int) -> Callable[[], bool]:
     return lambda: sum(a["event"] == "reindex" for a in watch.actions()) > count
 
 
-@NEEDS_INDEX
 def test_watch_keeps_the_index_caught_up_through_appends_and_replacements(root: Path, tmp_path: Path) -> None:
     assert memstore(root, "add", "existing entry").returncode == 0
     catalog = root / ".teaagent" / "memory.jsonl"
