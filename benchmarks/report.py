@@ -1,0 +1,164 @@
+"""Turning a run into files: JSON, a Markdown table, and one line of history per run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.measure import REPO_ROOT
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+HISTORY_FILE = "history.jsonl"
+
+# (metric key, label, format, target at 1M entries from issue 4 or "")
+SUMMARY_ROWS: tuple[tuple[str, str, str, str], ...] = (
+    ("search_indexed_p50_ms", "search p50 over the mix, indexed (ms)", "{:.3f}", "≤ 5"),
+    ("search_indexed_p95_ms", "search p95 over the mix, indexed (ms)", "{:.2f}", "≤ 60"),
+    ("search_indexed_max_ms", "search max over the mix, indexed (ms)", "{:.2f}", ""),
+    ("search_scan_memory_p50_ms", "in-memory scan p50 (ms)", "{:.1f}", ""),
+    ("search_scan_naive_p50_ms", "naive scan p50: re-read + stdlib json (ms)", "{:.1f}", ""),
+    ("grep_p50_ms", "grep -F -c floor p50 (ms)", "{:.1f}", ""),
+    ("speedup_vs_scan_memory", "in-memory scan p50 ÷ indexed p50", "{:.1f}x", "≥ 10x (CI gate)"),
+    ("speedup_vs_naive", "naive scan p50 ÷ indexed p50", "{:.1f}x", ""),
+    ("speedup_vs_grep", "grep p50 ÷ indexed p50", "{:.1f}x", ""),
+    ("speedup_vs_scan_memory_per_query_min", "worst per-query in-memory scan ÷ indexed", "{:.2f}x", ""),
+    ("first_query_fresh_process_max_ms", "first query in a fresh process, worst probe (ms)", "{:.1f}", ""),
+    ("build_seconds", "full build: first query with no index (s)", "{:.2f}", "≤ 40"),
+    ("rebuild_seconds", "`reindex(full=True)` over an existing index (s)", "{:.2f}", ""),
+    ("build_rows_per_s", "full build (rows/s)", "{:,.0f}", ""),
+    ("build_peak_rss_mb", "full build peak RSS (MB)", "{:.0f}", "≤ 300"),
+    ("index_over_jsonl", "index size ÷ JSONL size", "{:.2f}", "≤ 3"),
+    ("catchup_1_ms", "catch-up + query after 1 appended line (ms)", "{:.2f}", "≤ 2"),
+    ("catchup_100_ms", "catch-up + query after 100 lines (ms)", "{:.1f}", ""),
+    ("catchup_10000_ms", "catch-up + query after 10k lines (ms)", "{:.0f}", ""),
+    ("catchup_1_share_of_build", "1-line catch-up ÷ full build", "{:.3%}", "< 5% (CI gate)"),
+    ("nochange_query_median_ms", "no-change query, median (ms)", "{:.3f}", "< 1 (CI gate)"),
+    ("nochange_query_min_ms", "no-change query, min (ms)", "{:.3f}", ""),
+    ("nochange_overhead_ms", "freshness-check overhead per query (ms)", "{:.4f}", "≤ 0.1"),
+    ("add_per_s", "add with fsync, sustained over 2,000 adds (entries/s)", "{:,.0f}", "≥ 5,000"),
+    ("add_median_ms", "add with fsync, median latency (ms)", "{:.3f}", "≤ 0.2"),
+    ("add_p95_ms", "add with fsync, p95 latency (ms)", "{:.2f}", ""),
+    ("query_after_adds_ms", "first query after those adds: catch-up of 2,000 lines (ms)", "{:.0f}", ""),
+    ("delete_branch_seconds", "delete_by_branch of ~1% (s)", "{:.2f}", ""),
+    ("query_after_delete_ms", "first query after that rewrite (ms)", "{:.1f}", ""),
+    ("find_matching_10k_p50_ms", "find_matching p50, 10k cards (ms)", "{:.1f}", ""),
+    ("find_matching_10k_scan_p50_ms", "in-memory card scan p50, 10k cards (ms)", "{:.1f}", ""),
+    ("find_matching_100k_p50_ms", "find_matching p50, 100k cards (ms)", "{:.1f}", ""),
+    ("find_matching_100k_scan_p50_ms", "in-memory card scan p50, 100k cards (ms)", "{:.1f}", ""),
+    ("import_memstore_ms", "`import memstore` above bare python (ms)", "{:.1f}", "≤ 30"),
+    ("import_memstore_importtime_ms", "`import memstore`, -X importtime cumulative (ms)", "{:.1f}", ""),
+    ("import_catalog_ms", "`import memstore.catalog` above bare python (ms)", "{:.1f}", ""),
+    ("import_catalog_importtime_ms", "`import memstore.catalog`, -X importtime (ms)", "{:.1f}", ""),
+    ("cli_search_ms", "`memstore search` as a process, median (ms)", "{:.0f}", "≤ 150"),
+    ("cli_search_min_ms", "`memstore search` as a process, best (ms)", "{:.0f}", ""),
+)
+
+
+def git_revision() -> tuple[str | None, bool | None]:
+    """The commit the run measured, and whether tracked files differed from it."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None, None
+    return sha, dirty
+
+
+def _fmt(value: object, fmt: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "–" if value is None else str(value)
+    return fmt.format(value)
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The run as Markdown: a summary table, the per-query table, then notes."""
+    metrics: Mapping[str, Any] = report["metrics"]
+    dirty = " (uncommitted changes)" if report.get("git_dirty") else ""
+    lines = [
+        f"### memstore benchmark: {report['size_label']} entries ({report['entries']:,} lines, "
+        f"{report['jsonl_bytes'] / 1e6:.1f} MB JSONL)",
+        "",
+        f"Commit `{(report.get('git_sha') or 'unknown')[:10]}`{dirty}, "
+        f"{report['timestamp']}, {report['machine']['cpus']} CPUs, Python {report['machine']['python']}, "
+        f"SQLite {report['machine']['sqlite']}. Command: `{report['command']}`.",
+        "",
+        "| metric | value | target (1M, issue 4) |",
+        "|---|---:|---|",
+    ]
+    for key, label, fmt, target in SUMMARY_ROWS:
+        if key in metrics:
+            lines.append(f"| {label} | {_fmt(metrics[key], fmt)} | {target} |")
+    queries: Sequence[Mapping[str, Any]] = report.get("queries", [])
+    if queries:
+        lines += [
+            "",
+            "Per query (ms; indexed = median of warm repeats, scans = median; hits = matching entries):",
+            "",
+            "| category | query | hits | indexed | in-memory scan | naive scan | grep "
+            "| scan ÷ indexed | exact |",
+            "|---|---|---:|---:|---:|---:|---:|---:|:-:|",
+        ]
+        for q in queries:
+            ratio = q.get("scan_memory_ms") and q.get("indexed_ms") and q["scan_memory_ms"] / q["indexed_ms"]
+            query_text = q["query"].replace("|", "\\|")
+            exact = {True: "✓", False: "✗", None: "–"}[q.get("exact")]
+            lines.append(
+                f"| {q['category']} | `{query_text}` | {_fmt(q.get('hits'), '{:,}')} "
+                f"| {_fmt(q.get('indexed_ms'), '{:.3f}')} | {_fmt(q.get('scan_memory_ms'), '{:.1f}')} "
+                f"| {_fmt(q.get('scan_naive_ms'), '{:.1f}')} | {_fmt(q.get('grep_ms'), '{:.1f}')} "
+                f"| {_fmt(ratio, '{:.0f}x')} | {exact} |"
+            )
+    if report.get("gate"):
+        lines += ["", "CI gate:", ""]
+        for floor in report["gate"]:
+            lines.append(f"- {'PASS' if floor['passed'] else 'FAIL'}: {floor['message']}")
+    if report.get("notes"):
+        lines += ["", "Notes:", ""]
+        lines += [f"- {note}" for note in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(report: Mapping[str, Any], results_dir: Path, *, extra_json: Path | None = None) -> Path:
+    """``<size>.json``, ``<size>.md`` and a line in ``history.jsonl``; returns the Markdown path."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    name = report["size_label"] + ("-gate" if report.get("gate_mode") else "")
+    text = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    _atomic_text(results_dir / f"{name}.json", text)
+    if extra_json is not None:
+        extra_json.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_text(extra_json, text)
+    md_path = results_dir / f"{name}.md"
+    _atomic_text(md_path, markdown(report))
+    history_line = {
+        "timestamp": report["timestamp"],
+        "git_sha": report.get("git_sha"),
+        "git_dirty": report.get("git_dirty"),
+        "size": report["size_label"],
+        "entries": report["entries"],
+        "gate": None if not report.get("gate") else all(f["passed"] for f in report["gate"]),
+        "exact": report.get("exact"),
+        "metrics": report["metrics"],
+    }
+    with open(results_dir / HISTORY_FILE, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(history_line, sort_keys=True, ensure_ascii=False) + "\n")
+    return md_path
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,680 @@
+"""Run the benchmark suite at one size and write JSON, Markdown and a history line.
+
+    python -m benchmarks.run --size 100k            # make bench SIZE=100k
+    python -m benchmarks.run --size 20k --gate      # make bench-ci: exit 1 below a floor
+
+Everything is measured in one run on one copy of the generated catalog, so every
+ratio compares figures taken under the same machine load.  The exactness check is
+part of the run: for every query of the mix the indexed results (ids, in order)
+must equal the naive scan's, or the run exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from benchmarks import gate as gate_floors
+from benchmarks.baselines import CardScan, MemoryScan, grep_available, grep_count, load_entries, naive_search
+from benchmarks.generate import (
+    DATA_DIR,
+    DEFAULT_SEED,
+    DELETE_BRANCH,
+    CatalogWriter,
+    cards_file,
+    catalog_end_us,
+    catalog_file,
+    dataset,
+    parse_size,
+    size_label,
+)
+from benchmarks.measure import (
+    REPO_ROOT,
+    directory_bytes,
+    median,
+    python_env,
+    quiet_gc,
+    run_python,
+    samples_of,
+    spread,
+    timed,
+    wall_clock_of_process,
+)
+from benchmarks.queries import ABSENT_TOKEN, FIRST_QUERY_PROBES, SEARCH_MIX, CardQuery, Query, card_mix
+from benchmarks.report import RESULTS_DIR, git_revision, markdown, write_outputs
+from benchmarks.vocab import vocabulary
+
+LIMIT = 10
+CATCHUP_ROUNDS = {1: 7, 100: 3, 10_000: 1}
+NOCHANGE_CALLS = 2_000
+
+BUILD_CHILD = """
+import json, resource, sys, time
+from memstore.catalog import MemoryCatalog
+rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+catalog = MemoryCatalog(sys.argv[1])
+started = time.perf_counter()
+catalog.search(sys.argv[2])  # no index yet: the first query builds it (the path every user takes)
+built = time.perf_counter() - started
+rss_build = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+started = time.perf_counter()
+report = catalog.reindex(full=True)  # an explicit rebuild over the existing index
+rebuilt = time.perf_counter() - started
+rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"build_s": built, "rebuild_s": rebuilt, "rss_before_kb": rss_before,
+                  "rss_build_kb": rss_build, "rss_peak_kb": rss_peak}))
+"""
+
+FIRST_QUERY_CHILD = """
+import json, sys, time
+started = time.perf_counter()
+from memstore.catalog import MemoryCatalog
+imported = time.perf_counter()
+catalog = MemoryCatalog(sys.argv[1])
+opened = time.perf_counter()
+hits = catalog.search(sys.argv[2], limit=10)
+done = time.perf_counter()
+print(json.dumps({"import_s": imported - started, "open_s": opened - imported, "query_s": done - opened,
+                  "hits": len(hits)}))
+"""
+
+
+def module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def index_available() -> bool:
+    """True once memstore ships the index the catalog attaches (memstore.index.catalog_index)."""
+    return module_exists("memstore.catalog") and module_exists("memstore.index.catalog_index")
+
+
+def cli_available() -> bool:
+    return module_exists("memstore.__main__") and module_exists("memstore.cli")
+
+
+@dataclass
+class Options:
+    size: int
+    seed: int = DEFAULT_SEED
+    gate: bool = False
+    repeats: int | None = None
+    json_path: Path | None = None
+    results_dir: Path = RESULTS_DIR
+    data_dir: Path = DATA_DIR
+    card_sizes: tuple[int, ...] = (10_000, 100_000)
+    catchup_sizes: tuple[int, ...] = (1, 100, 10_000)
+    add_count: int = 2_000
+    process_runs: int = 15
+    write_results: bool = True
+    keep_work: bool = False
+    command: str = ""
+    log: Callable[[str], None] = field(default=lambda message: print(message, file=sys.stderr, flush=True))
+
+    @property
+    def index_repeats(self) -> int:
+        if self.repeats is not None:
+            return max(1, self.repeats)
+        return 7 if self.size <= 200_000 else 5
+
+    @property
+    def scan_repeats(self) -> int:
+        base = 5 if self.size <= 50_000 else 3 if self.size <= 200_000 else 1
+        return max(1, min(base, self.index_repeats))
+
+    @property
+    def naive_repeats(self) -> int:
+        return 3 if self.size <= 50_000 else 1
+
+
+@dataclass
+class QueryResult:
+    query: Query
+    oracle_ids: list[str] = field(default_factory=list)
+    hits: int | None = None
+    scan_naive_ms: float | None = None
+    scan_memory_ms: float | None = None
+    grep_ms: float | None = None
+    indexed_ms: float | None = None
+    indexed_ids: list[str] | None = None
+    memory_ids: list[str] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        exact = None if self.indexed_ids is None else self.indexed_ids == self.oracle_ids
+        return {
+            "category": self.query.category,
+            "query": self.query.text,
+            "hits": self.hits,
+            "indexed_ms": self.indexed_ms,
+            "scan_memory_ms": self.scan_memory_ms,
+            "scan_naive_ms": self.scan_naive_ms,
+            "grep_ms": self.grep_ms,
+            "exact": exact,
+            "result_ids": self.oracle_ids,
+        }
+
+
+def _ids(entries: Sequence[Any]) -> list[str]:
+    return [entry.memory_id for entry in entries]
+
+
+def _ms(seconds: float) -> float:
+    return seconds * 1000.0
+
+
+def _importtime_ms(module: str, *, runs: int) -> float | None:
+    """Cumulative import time of ``module`` as ``python -X importtime`` reports it (best of ``runs``)."""
+    best: float | None = None
+    for _ in range(runs):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            env=python_env(),
+            cwd=REPO_ROOT,
+            check=False,
+        )
+        for line in proc.stderr.splitlines():
+            parts = [part.strip() for part in line.removeprefix("import time:").split("|")]
+            if len(parts) == 3 and parts[2] == module and parts[1].isdigit():
+                value = int(parts[1]) / 1000.0
+                best = value if best is None else min(best, value)
+    return best
+
+
+class Bench:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.log = options.log
+        self.metrics: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.mismatches: list[str] = []
+        self.results = [QueryResult(query) for query in SEARCH_MIX]
+        self.card_results: list[dict[str, Any]] = []
+        self.phase_seconds: dict[str, float] = {}
+        self.work_root = options.data_dir / "work" / f"{size_label(options.size)}-{os.getpid()}"
+        self.catalog: Any = None
+
+    # ------------------------------------------------------------------ set-up
+
+    @property
+    def jsonl(self) -> Path:
+        return catalog_file(self.work_root)
+
+    def prepare(self) -> None:
+        data = dataset("catalog", self.options.size, seed=self.options.seed, data_dir=self.options.data_dir)
+        if data.generate_seconds is not None:
+            self.metrics["generate_seconds"] = data.generate_seconds
+            self.log(f"generated {size_label(data.size)} catalog in {data.generate_seconds:.1f} s")
+        if self.work_root.exists():
+            shutil.rmtree(self.work_root)
+        self.jsonl.parent.mkdir(parents=True)
+        shutil.copyfile(data.file, self.jsonl)
+        self.metrics["jsonl_bytes"] = data.bytes
+        self.dataset_bytes = data.bytes
+
+    def cleanup(self) -> None:
+        self.catalog = None
+        gc.collect()
+        if not self.options.keep_work and self.work_root.exists():
+            shutil.rmtree(self.work_root, ignore_errors=True)
+
+    # ------------------------------------------------------------------ baselines
+
+    def baselines(self) -> None:
+        opts = self.options
+        self.log(f"naive scan over {len(self.results)} queries ({opts.naive_repeats} run each)")
+        for result in self.results:
+            samples, found = samples_of(
+                partial(naive_search, self.jsonl, result.query.text), opts.naive_repeats
+            )
+            result.scan_naive_ms = _ms(median(samples))
+            result.oracle_ids = _ids(found)
+        parse_seconds, entries = timed(lambda: load_entries(self.jsonl))
+        self.metrics["parse_stdlib_seconds"] = parse_seconds
+        self.entry_count = len(entries)
+        self.log(f"parsed {len(entries):,} entries in {parse_seconds:.1f} s; in-memory scan")
+        self._memory_scan(MemoryScan(entries))
+        del entries
+        gc.collect()
+        if grep_available():
+            for result in self.results:
+                samples, _ = samples_of(partial(grep_count, self.jsonl, result.query.text), 3)
+                result.grep_ms = _ms(median(samples))
+        else:
+            self.notes.append("grep not found: the grep floor was skipped")
+
+    def _memory_scan(self, scan: MemoryScan) -> None:
+        for result in self.results:
+            quiet_gc()
+            samples, found = samples_of(partial(scan.search, result.query.text), self.options.scan_repeats)
+            result.scan_memory_ms = _ms(median(samples))
+            result.memory_ids = _ids(found)
+            result.hits = scan.last_match_count
+            if result.memory_ids != result.oracle_ids:
+                self.mismatches.append(f"in-memory scan disagrees with the naive scan: {result.query.text!r}")
+
+    # ------------------------------------------------------------------ the index
+
+    def index_dir(self) -> Path:
+        return self.work_root / ".teaagent" / "index"
+
+    def build(self) -> None:
+        """Full build in a child process: the lazy build of a first query, then ``reindex(full=True)``."""
+        self.log("full build in a child process")
+        shutil.rmtree(self.index_dir(), ignore_errors=True)
+        child = run_python(BUILD_CHILD, str(self.work_root), ABSENT_TOKEN)
+        index_bytes = directory_bytes(self.index_dir())
+        m = self.metrics
+        m["build_seconds"] = seconds = float(child["build_s"])
+        m["build_rows_per_s"] = self.entry_count / seconds if seconds > 0 else None
+        m["build_peak_rss_mb"] = child["rss_build_kb"] / 1024.0
+        m["build_rss_before_mb"] = child["rss_before_kb"] / 1024.0
+        m["rebuild_seconds"] = float(child["rebuild_s"])
+        m["rebuild_peak_rss_mb"] = child["rss_peak_kb"] / 1024.0
+        m["index_bytes"] = index_bytes
+        m["index_over_jsonl"] = index_bytes / self.dataset_bytes if self.dataset_bytes else None
+        self.log(
+            f"  built in {seconds:.2f} s (reindex --full {child['rebuild_s']:.2f} s), "
+            f"peak RSS {m['build_peak_rss_mb']:.0f} MB, index {index_bytes / 1e6:.1f} MB"
+        )
+
+    def first_queries(self) -> None:
+        probes = {}
+        for text in FIRST_QUERY_PROBES:
+            child = run_python(FIRST_QUERY_CHILD, str(self.work_root), text)
+            probes[text] = {key: child[key] * 1000.0 for key in ("import_s", "open_s", "query_s")}
+        self.metrics["first_query_fresh_process_ms"] = {text: p["query_s"] for text, p in probes.items()}
+        self.metrics["first_query_fresh_process_max_ms"] = max(p["query_s"] for p in probes.values())
+        self.metrics["first_query_import_open_ms"] = median(
+            [p["import_s"] + p["open_s"] for p in probes.values()]
+        )
+
+    def warm_search(self) -> None:
+        from memstore.catalog import MemoryCatalog
+
+        opts = self.options
+        self.catalog = MemoryCatalog(self.work_root)
+        self.catalog.search(ABSENT_TOKEN)  # open the index (or fill the scan cache)
+        self.log(f"indexed search, {opts.index_repeats} warm runs per query")
+        for result in self.results:
+            found = self.catalog.search(result.query.text, limit=LIMIT)
+            result.indexed_ids = _ids(found)
+            quiet_gc()
+            samples, _ = samples_of(
+                partial(self.catalog.search, result.query.text, limit=LIMIT), opts.index_repeats
+            )
+            result.indexed_ms = _ms(median(samples))
+            if result.indexed_ids != result.oracle_ids:
+                self.mismatches.append(
+                    f"indexed search disagrees with the naive scan on {result.query.text!r}: "
+                    f"{result.indexed_ids} != {result.oracle_ids}"
+                )
+
+    def nochange(self) -> None:
+        search = self.catalog.search
+        for _ in range(50):
+            search(ABSENT_TOKEN)
+        quiet_gc()
+        samples, _ = samples_of(lambda: search(ABSENT_TOKEN), NOCHANGE_CALLS)
+        self.metrics["nochange_query_median_ms"] = _ms(median(samples))
+        self.metrics["nochange_query_min_ms"] = _ms(min(samples))
+        bare = self._bare_index_query()
+        if bare is not None:
+            bare_samples, _ = samples_of(bare, NOCHANGE_CALLS)
+            self.metrics["nochange_without_freshness_median_ms"] = _ms(median(bare_samples))
+            self.metrics["nochange_overhead_ms"] = _ms(median(samples) - median(bare_samples))
+
+    def _bare_index_query(self) -> Callable[[], Any] | None:
+        """The same absent-token query straight on the index connection: no file open, no stat,
+        no source-state check, no snapshot transaction.  Reaches into memstore internals, so
+        it degrades to None (overhead not reported) if they change."""
+        try:
+            from memstore.index.search import search_rows
+
+            index = self.catalog._get_index()
+            conn = index._connection()
+            rows = int(conn.execute("SELECT count(*) FROM doc").fetchone()[0])
+        except (AttributeError, ImportError, TypeError, sqlite3.Error) as exc:
+            self.notes.append(f"freshness overhead not measured: {exc}")
+            return None
+        tokens = [ABSENT_TOKEN]
+        return lambda: search_rows(conn, tokens, LIMIT, rows)
+
+    def _verify(self, queries: Sequence[str], context: str) -> None:
+        for text in queries:
+            expected = _ids(naive_search(self.jsonl, text))
+            got = _ids(self.catalog.search(text, limit=LIMIT))
+            if got != expected:
+                self.mismatches.append(f"after {context}: indexed {got} != naive {expected} for {text!r}")
+
+    def catchup(self) -> None:
+        writer = CatalogWriter(self.options.seed, stream="append", start_us=catalog_end_us(self.options.size))
+        for count in self.options.catchup_sizes:
+            rounds = CATCHUP_ROUNDS.get(count, 1)
+            samples = []
+            for round_no in range(rounds):
+                marker = f"catchupmark{count}x{round_no}"
+                data = writer.lines(count, extra_word=marker).encode("ascii")
+                with open(self.jsonl, "ab") as handle:
+                    handle.write(data)
+                quiet_gc()
+                seconds, found = timed(partial(self.catalog.search, marker, limit=LIMIT))
+                samples.append(seconds)
+                if len(found) != min(count, LIMIT):
+                    self.mismatches.append(f"after appending {count} lines, {marker!r} found {len(found)}")
+            self.metrics[f"catchup_{count}_ms"] = _ms(median(samples))
+            self.log(f"  catch-up after {count} lines: {_ms(median(samples)):.2f} ms (median of {rounds})")
+        biggest = max(self.options.catchup_sizes)
+        self._verify([f"catchupmark{biggest}x0", "memory python", "the"], "catch-up")
+        build = self.metrics.get("build_seconds")
+        if build and "catchup_1_ms" in self.metrics:
+            self.metrics["catchup_1_share_of_build"] = self.metrics["catchup_1_ms"] / (build * 1000.0)
+
+    def adds(self) -> None:
+        writer = CatalogWriter(self.options.seed, stream="adds", start_us=catalog_end_us(self.options.size))
+        entries = writer.entries(self.options.add_count)
+        add = self.catalog.add
+        os.sync()  # earlier raw appends must not be flushed by (and charged to) the first fsync
+        quiet_gc()
+        latencies = []
+        started = time.perf_counter()
+        for entry in entries:
+            began = time.perf_counter()
+            add(
+                entry["content"], tags=entry["tags"], branch_name=entry["branch_name"], run_id=entry["run_id"]
+            )
+            latencies.append(time.perf_counter() - began)
+        elapsed = time.perf_counter() - started
+        self.metrics["add_per_s"] = self.options.add_count / elapsed
+        self.metrics["add_median_ms"] = _ms(median(latencies))
+        self.metrics["add_p95_ms"] = _ms(spread(latencies)["p95"])
+        seconds, _ = timed(lambda: self.catalog.search(ABSENT_TOKEN))
+        self.metrics["query_after_adds_ms"] = _ms(seconds)
+        m = self.metrics
+        self.log(
+            f"  add: {m['add_per_s']:,.0f}/s (median {m['add_median_ms']:.2f} ms, "
+            f"p95 {m['add_p95_ms']:.2f} ms); next query {_ms(seconds):.1f} ms"
+        )
+
+    def rewrite(self) -> None:
+        needle = b'"branch_name": "' + DELETE_BRANCH.encode() + b'"'
+        with open(self.jsonl, "rb") as handle:
+            expected = sum(1 for line in handle if needle in line)
+        quiet_gc()
+        seconds, deleted = timed(lambda: self.catalog.delete_by_branch(DELETE_BRANCH))
+        self.metrics["delete_branch_seconds"] = seconds
+        self.metrics["delete_branch_rows"] = deleted
+        if deleted != expected:
+            self.mismatches.append(f"delete_by_branch removed {deleted} entries, expected {expected}")
+        after, _ = timed(lambda: self.catalog.search(ABSENT_TOKEN))
+        self.metrics["query_after_delete_ms"] = _ms(after)
+        self._verify(["memory python", "caltrivo", "the"], "delete_by_branch")
+        self.log(f"  delete_by_branch: {deleted} rows in {seconds:.2f} s; next query {_ms(after):.1f} ms")
+
+    # ------------------------------------------------------------------ cards
+
+    def cards(self) -> None:
+        if not module_exists("memstore.failure_cards"):
+            self.notes.append("memstore.failure_cards missing: find_matching was skipped")
+            return
+        from memstore.failure_cards import FailureCardStorage
+
+        vocab = vocabulary()
+        mix = card_mix(vocab.file_paths[0], vocab.file_paths[1500])
+        for size in self.options.card_sizes:
+            data = dataset("cards", size, seed=self.options.seed, data_dir=self.options.data_dir)
+            root = self.work_root / f"cards-{size_label(size)}"
+            cards_file(root).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(data.file, cards_file(root))
+            self._cards_at(size, FailureCardStorage(root), cards_file(root), mix)
+
+    def _cards_at(self, size: int, storage: Any, path: Path, mix: Sequence[CardQuery]) -> None:
+        load_seconds, scan = timed(lambda: CardScan(path))
+        repeats = 5 if size <= 20_000 else 3
+        lib_times, scan_times = [], []
+        for query in mix:
+            lib_samples, lib_found = samples_of(partial(self._find, storage, query), repeats)
+            scan_samples, scan_found = samples_of(partial(self._find, scan, query), repeats)
+            lib_times.append(median(lib_samples))
+            scan_times.append(median(scan_samples))
+            exact = [card.id for card in lib_found] == [card.id for card in scan_found]
+            if not exact:
+                self.mismatches.append(f"find_matching disagrees with the card scan on {query.label!r}")
+            self.card_results.append(
+                {
+                    "cards": size,
+                    "query": query.label,
+                    "find_matching_ms": _ms(median(lib_samples)),
+                    "scan_ms": _ms(median(scan_samples)),
+                    "hits": len(lib_found),
+                    "exact": exact,
+                }
+            )
+        label = size_label(size)
+        lib_p50, scan_p50 = _ms(median(lib_times)), _ms(median(scan_times))
+        self.metrics[f"find_matching_{label}_p50_ms"] = lib_p50
+        self.metrics[f"find_matching_{label}_p95_ms"] = _ms(spread(lib_times)["p95"])
+        self.metrics[f"find_matching_{label}_scan_p50_ms"] = scan_p50
+        self.metrics[f"find_matching_{label}_scan_load_s"] = load_seconds
+        self.log(f"  find_matching {label}: {lib_p50:.1f} ms vs in-memory card scan {scan_p50:.1f} ms")
+
+    @staticmethod
+    def _find(store: Any, query: CardQuery) -> list[Any]:
+        result: list[Any] = store.find_matching(
+            list(query.file_paths), query.task_description, query.error_type, limit=3
+        )
+        return result
+
+    # ------------------------------------------------------------------ processes
+
+    def startup(self) -> None:
+        python = sys.executable
+        bare = self._best_wall_clock("pass")
+        self.metrics["python_bare_ms"] = _ms(bare)
+        for module, key in (("memstore", "import_memstore"), ("memstore.catalog", "import_catalog")):
+            if not module_exists(module):
+                continue
+            self.metrics[f"{key}_ms"] = _ms(self._best_wall_clock(f"import {module}", versus="pass"))
+            self.metrics[f"{key}_importtime_ms"] = _importtime_ms(
+                module, runs=min(5, self.options.process_runs)
+            )
+        if cli_available():
+            argv = [python, "-m", "memstore", "search", "caltrivo", "--root", str(self.work_root)]
+            samples = wall_clock_of_process(
+                argv, times=max(1, self.options.process_runs * 2 // 3), cwd=REPO_ROOT
+            )
+            self.metrics["cli_search_ms"] = _ms(median(samples))
+            self.metrics["cli_search_min_ms"] = _ms(min(samples))
+        else:
+            self.notes.append("no memstore CLI (python -m memstore): end-to-end search was skipped")
+
+    def _best_wall_clock(self, statement: str, *, versus: str | None = None) -> float:
+        """Best-of-N wall clock of ``python -c statement`` (minus ``versus``, runs interleaved)."""
+        python = sys.executable
+        runs = self.options.process_runs
+        mine: list[float] = []
+        base: list[float] = []
+        for _ in range(runs):
+            mine += wall_clock_of_process([python, "-c", statement], times=1)
+            if versus is not None:
+                base += wall_clock_of_process([python, "-c", versus], times=1)
+        return min(mine) - (min(base) if base else 0.0)
+
+    # ------------------------------------------------------------------ summary
+
+    def summarize(self) -> None:
+        def collect(attribute: str) -> list[float]:
+            return [value for r in self.results if (value := getattr(r, attribute)) is not None]
+
+        for attribute, prefix in (
+            ("indexed_ms", "search_indexed"),
+            ("scan_memory_ms", "search_scan_memory"),
+            ("scan_naive_ms", "search_scan_naive"),
+            ("grep_ms", "grep"),
+        ):
+            values = collect(attribute)
+            if values:
+                for key, value in spread(values).items():
+                    self.metrics[f"{prefix}_{key}_ms"] = value
+        m = self.metrics
+        indexed = m.get("search_indexed_p50_ms")
+        if indexed:
+            for key, baseline in (
+                ("speedup_vs_scan_memory", "search_scan_memory_p50_ms"),
+                ("speedup_vs_naive", "search_scan_naive_p50_ms"),
+                ("speedup_vs_grep", "grep_p50_ms"),
+            ):
+                if m.get(baseline):
+                    m[key] = m[baseline] / indexed
+            ratios = [
+                r.scan_memory_ms / r.indexed_ms for r in self.results if r.scan_memory_ms and r.indexed_ms
+            ]
+            if ratios:
+                m["speedup_vs_scan_memory_per_query_min"] = min(ratios)
+                m["speedup_vs_scan_memory_per_query_median"] = median(ratios)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> dict[str, Any]:
+        opts = self.options
+        started = time.perf_counter()
+        self.prepare()
+        try:
+            steps: list[Callable[[], None]] = [self.baselines]
+            if module_exists("memstore.catalog"):
+                if index_available():
+                    steps += [self.build, self.first_queries]
+                else:
+                    self.notes.append(
+                        "memstore.index.catalog_index missing: the catalog answered from its scan; "
+                        "build, index size and fresh-process figures were skipped"
+                    )
+                steps += [self.warm_search, self.nochange, self.catchup, self.adds, self.rewrite]
+            else:
+                self.notes.append("memstore.catalog missing: only the baselines were measured")
+            steps += [self.cards, self.startup]
+            for step in steps:
+                seconds, _ = timed(step)
+                self.phase_seconds[step.__name__] = round(seconds, 3)
+        finally:
+            self.cleanup()
+        self.summarize()
+        self.metrics["bench_seconds"] = time.perf_counter() - started
+        sha, dirty = git_revision()
+        report: dict[str, Any] = {
+            "schema": 1,
+            "size_label": size_label(opts.size),
+            "entries": opts.size,
+            "jsonl_bytes": self.dataset_bytes,
+            "seed": opts.seed,
+            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+            "git_sha": sha,
+            "git_dirty": dirty,
+            "command": opts.command or f"python -m benchmarks.run --size {size_label(opts.size)}",
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "sqlite": sqlite3.sqlite_version,
+                "platform": platform.platform(),
+                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            },
+            "gate_mode": opts.gate,
+            "exact": not self.mismatches,
+            "mismatches": self.mismatches,
+            "metrics": self.metrics,
+            "queries": [result.as_dict() for result in self.results],
+            "cards": self.card_results,
+            "phase_seconds": self.phase_seconds,
+            "notes": self.notes,
+        }
+        if opts.gate:
+            report["gate"] = [floor.__dict__ for floor in gate_floors.evaluate(self.metrics)]
+        return report
+
+
+def run_benchmarks(options: Options) -> dict[str, Any]:
+    """Measure, write the result files (unless told not to) and return the report."""
+    report = Bench(options).run()
+    if options.write_results:
+        write_outputs(report, options.results_dir, extra_json=options.json_path)
+    elif options.json_path is not None:
+        options.json_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    parser.add_argument("--size", default="100k", help="catalog entries: 10k, 20k, 100k, 1m or an integer")
+    parser.add_argument("--gate", action="store_true", help="check the CI floors; exit 1 when one fails")
+    parser.add_argument("--json", type=Path, dest="json_path", help="also write the JSON report here")
+    parser.add_argument(
+        "--queries", type=int, dest="repeats", help="timed repetitions of each mix query (indexed search)"
+    )
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument(
+        "--cards", default=None, help="failure-card set sizes, comma-separated (e.g. 10k,100k)"
+    )
+    parser.add_argument("--catchup", default="1,100,10k", help="appended-line counts for catch-up")
+    parser.add_argument("--adds", type=int, default=2_000, help="entries added to measure add throughput")
+    parser.add_argument("--process-runs", type=int, default=15, help="runs of each start-up measurement")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    parser.add_argument("--no-write", action="store_true", help="print only; write no result files")
+    parser.add_argument("--keep-work", action="store_true", help="keep the working copy under data/work/")
+    args = parser.parse_args(argv)
+    size = parse_size(args.size)
+    if args.cards is not None:
+        card_sizes = tuple(parse_size(part) for part in args.cards.split(",") if part.strip())
+    else:
+        card_sizes = (10_000,) if args.gate else (10_000, 100_000)
+    options = Options(
+        size=size,
+        seed=args.seed,
+        gate=args.gate,
+        repeats=args.repeats,
+        json_path=args.json_path,
+        results_dir=args.results_dir,
+        data_dir=args.data_dir,
+        card_sizes=card_sizes,
+        catchup_sizes=tuple(parse_size(part) for part in args.catchup.split(",") if part.strip()),
+        add_count=max(1, args.adds),
+        process_runs=max(1, args.process_runs),
+        write_results=not args.no_write,
+        keep_work=args.keep_work,
+        command="python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:]),
+    )
+    report = run_benchmarks(options)
+    print(markdown(report))
+    status = 0
+    if report["mismatches"]:
+        for line in report["mismatches"]:
+            print(f"EXACTNESS FAILURE: {line}", file=sys.stderr)
+        status = 1
+    if args.gate:
+        for floor in report["gate"]:
+            if not floor["passed"]:
+                print(f"GATE FAIL: {floor['message']}", file=sys.stderr)
+                status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
