@@ -21,6 +21,7 @@ from memstore.files import (
     FileLock,
     append_line,
     atomic_write,
+    cut_torn_tail,
     ensure_dir,
     iter_raw_lines,
     open_for_read,
@@ -124,7 +125,7 @@ class MemoryCatalog:
         entry = self._new_entry(content, tags, branch_name, run_id)
         line = encode_entry(entry)
         with self._lock():
-            append_line(self.path, line, mode=self._file_mode)
+            self._append(self.path, line)
         return entry
 
     def add_quarantined(
@@ -143,8 +144,19 @@ class MemoryCatalog:
         entry = self._new_entry(content, tags, branch_name, run_id)
         line = encode_entry(entry, quarantine=True, provenance=dict(provenance))
         with self._lock():
-            append_line(self.quarantine_path, line, mode=self._file_mode)
+            self._append(self.quarantine_path, line)
         return entry
+
+    def _append(self, path: Path, lines: bytes) -> None:
+        """Append whole lines (caller holds the lock), first setting aside a torn last line.
+
+        A writer killed mid-append leaves a fragment without a newline; appending after
+        it would bury a corrupt line in the middle of the file for every reader.
+        """
+        aside = cut_torn_tail(path, is_whole=_is_whole_line)
+        if aside is not None:
+            log.warning("set aside a torn last line of %s in %s", path, aside)
+        append_line(path, lines, mode=self._file_mode)
 
     def delete_by_branch(self, branch_name: str) -> int:
         self._require_writable("delete memory")
@@ -179,7 +191,7 @@ class MemoryCatalog:
                 )
                 for entry in entries
             )
-            append_line(self.quarantine_path, lines, mode=self._file_mode)
+            self._append(self.quarantine_path, lines)
 
         return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, before=move))
 
@@ -196,6 +208,7 @@ class MemoryCatalog:
         """
         with self._lock():
             remove_stale_temps(self.path)
+            cut_torn_tail(self.path, is_whole=_is_whole_line)
             index = self._index_for_rewrite()
             fd = open_for_read(self.path)
             if fd is None:
@@ -340,7 +353,7 @@ class MemoryCatalog:
             }
         else:
             try:
-                report["index"] = index.state()
+                report["index"] = index.source_status()
             except IndexUnavailableError as exc:
                 self._index_failed(exc)
                 report["index"] = {"state": "unavailable", "error": str(exc)}
@@ -398,6 +411,11 @@ class MemoryCatalog:
 
     def _scan_fresh(self) -> ScanResult:
         return ScanCache(self.path).read()
+
+
+def _is_whole_line(data: bytes) -> bool:
+    """An unterminated last line worth keeping: blank, or an entry readers already see."""
+    return is_blank(data) or decode_entry(data) is not None
 
 
 def _require_str(name: str, value: object) -> None:

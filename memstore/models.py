@@ -106,25 +106,48 @@ def memory_entry_from_payload(payload: object) -> MemoryEntry | None:
 
     Deterministic on purpose: a missing ``created_at`` is invalid rather than "now",
     so the scan and the index always read the same entries from the same bytes.
+    This is the hot path of every scan and index build, so it validates inline and
+    skips the constructor's re-validation (the checks are the same).
     """
     if not isinstance(payload, Mapping):
         return None
-    tags = payload.get("tags", ())
-    if tags is None:
+    memory_id = payload.get("memory_id")
+    content = payload.get("content")
+    created_at = payload.get("created_at")
+    if not isinstance(memory_id, str) or not isinstance(content, str):
+        return None
+    if not isinstance(created_at, str) or not created_at:
+        return None
+    memory_id = memory_id.strip()
+    content = content.strip()
+    if not memory_id or not content:
+        return None
+    branch_name = payload.get("branch_name")
+    run_id = payload.get("run_id")
+    if (branch_name is not None and not isinstance(branch_name, str)) or (
+        run_id is not None and not isinstance(run_id, str)
+    ):
+        return None
+    raw_tags = payload.get("tags", ())
+    if raw_tags is None:
+        raw_tags = ()
+    if not isinstance(raw_tags, (list, tuple)):
+        return None
+    if raw_tags:
+        cleaned: set[str] = set()
+        for tag in raw_tags:
+            if not isinstance(tag, str):
+                return None
+            cleaned.add(tag.strip().lower())
+        cleaned.discard("")
+        tags = tuple(sorted(cleaned))
+    else:
         tags = ()
-    if not isinstance(tags, (list, tuple)):
-        return None
-    try:
-        return MemoryEntry(
-            memory_id=payload.get("memory_id"),  # type: ignore[arg-type]
-            content=payload.get("content"),  # type: ignore[arg-type]
-            tags=tuple(tags),
-            created_at=payload.get("created_at"),  # type: ignore[arg-type]
-            branch_name=payload.get("branch_name"),
-            run_id=payload.get("run_id"),
-        )
-    except (TypeError, ValueError):
-        return None
+    entry = object.__new__(MemoryEntry)
+    entry.__dict__.update(
+        memory_id=memory_id, content=content, tags=tags, created_at=created_at, branch_name=branch_name, run_id=run_id
+    )
+    return entry
 
 
 def query_tokens(query: str) -> list[str]:

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import bisect
 import builtins
-import contextlib
 import os
 import sqlite3
-import threading
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memstore.errors import IndexUnavailableError
 from memstore.files import iter_raw_lines, open_for_read
-from memstore.index.db import IndexBusyError, IndexFile, is_busy
+from memstore.index.base import IndexedSource, StaleRowError
+from memstore.index.db import IndexFile
 from memstore.index.search import Hit, search_rows, sql_safe
 from memstore.index.source import Change, SourceState
 from memstore.jsonl import decode_entry, is_blank
@@ -37,10 +34,6 @@ BULK_HASHSIZE = 64 * 1024 * 1024
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None]
-
-
-class _StaleRow(Exception):
-    """A row's bytes no longer decode to an entry: the file changed under the index."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +60,8 @@ class _Ingest:
     corrupt: int
     blank: int
     tail_end: int | None = None
+    bulk: bool = False
+    """A whole-source build: the FTS table is rebuilt from ``doc`` in one pass at the end."""
     docs: list[tuple[Any, ...]] = field(default_factory=list)
     fts: list[tuple[int, str, str]] = field(default_factory=list)
     tags: list[tuple[int, str]] = field(default_factory=list)
@@ -82,44 +77,19 @@ def _encodable(value: str | None) -> bool:
     return True
 
 
-class CatalogIndex:
+class CatalogIndex(IndexedSource):
     """The derived index of one memory.jsonl (project or personal tier)."""
 
+    SOURCE_NAME = SOURCE_NAME
+
     def __init__(self, path: Path, *, readonly: bool = False, private: bool = False) -> None:
-        self.source_path = Path(path)
-        self.file = IndexFile(self.source_path.parent, readonly=readonly, private=private)
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
-        self._mutex = threading.RLock()
-        self._progress: Progress | None = None
+        super().__init__(Path(path), IndexFile(Path(path).parent, readonly=readonly, private=private))
         self._tag_ids: dict[str, int] = {}
 
-    # ------------------------------------------------------------------ connection
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is not None and self._pid == os.getpid():
-            return self._conn
-        # A connection inherited across fork() must never be used (or closed) here.
-        self._conn = None
-        self._tag_ids = {}
-        self._conn = self.file.connect(populate=self._populate_new)
-        self._pid = os.getpid()
-        return self._conn
-
-    def close(self) -> None:
-        with self._mutex:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
-
-    def _drop_connection(self) -> None:
-        if self._conn is not None and self._pid == os.getpid():
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-        self._conn = None
+    def _reset_caches(self) -> None:
         self._tag_ids = {}
 
-    def _populate_new(self, conn: sqlite3.Connection) -> None:
+    def _populate(self, conn: sqlite3.Connection) -> None:
         """Bulk-load a brand-new index file (journal off; it is renamed into place after)."""
         fd = open_for_read(self.source_path)
         if fd is None:
@@ -134,67 +104,10 @@ class CatalogIndex:
             self._tag_ids = {}
             os.close(fd)
 
-    # ------------------------------------------------------------------ the read path
-
-    @contextlib.contextmanager
-    def _open_source(self) -> Iterator[int | None]:
-        fd = open_for_read(self.source_path)
-        try:
-            yield fd
-        finally:
-            if fd is not None:
-                os.close(fd)
-
-    def _query(self, fd: int, answer: Callable[[sqlite3.Connection, int, SourceState], T]) -> T:
-        """Run ``answer`` on a snapshot in which the index matches the open file exactly."""
-        for _attempt in range(4):
-            try:
-                conn = self._connection()
-                conn.execute("BEGIN")
-                try:
-                    state = SourceState.load(conn, SOURCE_NAME)
-                    if state is not None and state.classify(fd, os.fstat(fd)) is Change.NONE:
-                        return answer(conn, fd, state)
-                finally:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                self._catch_up(conn, fd)
-            except _StaleRow:
-                self._catch_up(self._connection(), fd, force=True)
-            except sqlite3.Error as exc:
-                self._on_sqlite_error(exc)
-        raise IndexUnavailableError("the catalog kept changing while it was being indexed")
-
-    def _on_sqlite_error(self, exc: sqlite3.Error) -> None:
-        if is_busy(exc):
-            raise IndexBusyError(f"index busy: {exc}") from exc
-        self._drop_connection()
-        self.file.set_aside(str(exc))
-
-    # ------------------------------------------------------------------ catch-up
-
-    def _catch_up(self, conn: sqlite3.Connection, fd: int, *, force: bool = False) -> dict[str, Any]:
-        started = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            st = os.fstat(fd)
-            state = SourceState.load(conn, SOURCE_NAME)
-            change = Change.REPLACED if (state is None or force) else state.classify(fd, st)
-            if change is Change.NONE:
-                conn.execute("COMMIT")
-                return {"action": "none", "rows": state.rows if state else 0, "seconds": 0.0}
-            ingest = self._ingest(conn, fd, st, rebuild=change is Change.REPLACED, state=state)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            self._tag_ids = {}
-            raise
-        return {
-            "action": "rebuilt" if change is Change.REPLACED else "appended",
-            "rows": ingest.rows,
-            "seconds": round(time.perf_counter() - started, 6),
-        }
+    def _apply_change(
+        self, conn: sqlite3.Connection, fd: int, st: os.stat_result, change: Change, state: SourceState | None
+    ) -> int:
+        return self._ingest(conn, fd, st, rebuild=change is Change.REPLACED, state=state).rows
 
     def _ingest(
         self,
@@ -207,7 +120,7 @@ class CatalogIndex:
     ) -> _Ingest:
         if rebuild or state is None:
             self._clear(conn)
-            ingest = _Ingest(next_id=1, indexed_to=0, rows=0, corrupt=0, blank=0)
+            ingest = _Ingest(next_id=1, indexed_to=0, rows=0, corrupt=0, blank=0, bulk=True)
         else:
             rows = state.rows
             if state.tail_end is not None:
@@ -246,6 +159,8 @@ class CatalogIndex:
                 if self._progress is not None:
                     self._progress(raw.end, total)
         self._flush(conn, ingest)
+        if ingest.bulk:
+            conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('rebuild')")
         if self._progress is not None:
             self._progress(total, total)
         SourceState.of_file(
@@ -290,7 +205,7 @@ class CatalogIndex:
                 "INSERT INTO doc(id, mid, c, t, created_at, bonus, off, len, odd) VALUES (?,?,?,?,?,?,?,?,?)",
                 ingest.docs,
             )
-        if ingest.fts:
+        if ingest.fts and not ingest.bulk:
             conn.executemany("INSERT INTO doc_fts(rowid, c, t) VALUES (?,?,?)", ingest.fts)
         if ingest.tags:
             counts = Counter(tag for _row, tag in ingest.tags)
@@ -343,7 +258,7 @@ class CatalogIndex:
     def _entry_at(self, fd: int, off: int, length: int) -> MemoryEntry:
         entry = decode_entry(os.pread(fd, length, off))
         if entry is None:
-            raise _StaleRow(off)
+            raise StaleRowError(off)
         return entry
 
     def _odd_rows(
@@ -409,28 +324,6 @@ class CatalogIndex:
 
     # ------------------------------------------------------------------ maintenance
 
-    def refresh(self, *, full: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-        """Catch up now (or rebuild with ``full``); returns what was done."""
-        with self._mutex, self._open_source() as fd:
-            started = time.perf_counter()
-            self._progress = progress
-            try:
-                if fd is None:
-                    return {"source": str(self.source_path), "action": "missing", "rows": 0, "seconds": 0.0}
-                for _attempt in range(3):
-                    try:
-                        report = self._catch_up(self._connection(), fd, force=full)
-                        break
-                    except sqlite3.Error as exc:
-                        self._on_sqlite_error(exc)
-                else:
-                    raise IndexUnavailableError(f"cannot refresh the index at {self.file.path}")
-            finally:
-                self._progress = None
-            report["source"] = str(self.source_path)
-            report["seconds"] = round(time.perf_counter() - started, 6)
-            return report
-
     def prepare_rewrite(self) -> None:
         """Bring the index level with the file before memstore rewrites it (caller holds the lock)."""
         self.refresh()
@@ -441,23 +334,7 @@ class CatalogIndex:
         Returns False (and leaves the index to rebuild lazily) when the index was not
         exactly at the state the rewriter read.
         """
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return False
-            try:
-                conn = self._connection()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    ok = self._apply_rewrite(conn, fd, plan, after)
-                    conn.execute("COMMIT" if ok else "ROLLBACK")
-                    return ok
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                self._on_sqlite_error(exc)
-                return False
+        return self._write(lambda conn, fd: self._apply_rewrite(conn, fd, plan, after))
 
     def _apply_rewrite(
         self, conn: sqlite3.Connection, fd: int, plan: RewritePlan, after: os.stat_result
@@ -501,40 +378,6 @@ class CatalogIndex:
             blank=0,
         ).save(conn)
         return True
-
-    def state(self) -> dict[str, Any]:
-        """Per-source figures for health reports and ``memstore status``."""
-        with self._mutex, self._open_source() as fd:
-            size = os.fstat(fd).st_size if fd is not None else 0
-            info: dict[str, Any] = {
-                "state": "missing" if not self.file.path.exists() else "ready",
-                "path": str(self.file.path),
-                "index_bytes": self.file.size_bytes(),
-                "source": str(self.source_path),
-                "source_bytes": size,
-            }
-            if not self.file.path.exists():
-                info.update(entries=0, bytes_indexed=0, bytes_behind=size)
-                return info
-            try:
-                conn = self._connection()
-                state = SourceState.load(conn, SOURCE_NAME)
-            except sqlite3.Error as exc:
-                self._on_sqlite_error(exc)
-                raise IndexUnavailableError(str(exc)) from exc
-            if state is None:
-                info.update(entries=0, bytes_indexed=0, bytes_behind=size)
-            else:
-                indexed = state.tail_end if state.tail_end is not None else state.indexed_to
-                fresh = fd is not None and state.classify(fd, os.fstat(fd)) is Change.NONE
-                info.update(
-                    entries=state.rows,
-                    corrupt_lines=state.corrupt,
-                    bytes_indexed=indexed,
-                    bytes_behind=max(0, size - indexed) if fresh or size >= indexed else size,
-                    fresh=fresh,
-                )
-            return info
 
     def check(self, scanned: ScanResult) -> dict[str, Any]:
         """Compare the index (brought up to date first) with a fresh scan of the file."""

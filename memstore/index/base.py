@@ -1,0 +1,232 @@
+"""What every indexed source shares: the connection, consistent snapshots, catch-up, recovery.
+
+A subclass says how to bring its rows level with the file (``_apply_change``);
+this class makes sure that happens inside one ``BEGIN IMMEDIATE`` transaction that
+re-reads the source row, that answers are read from a snapshot in which the index
+matches the open file, and that a damaged index is set aside and rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from memstore.errors import IndexUnavailableError
+from memstore.files import open_for_read
+from memstore.index.db import IndexBusyError, IndexFile, Populate, is_busy
+from memstore.index.source import Change, SourceState
+
+T = TypeVar("T")
+Progress = Callable[[int, int], None]
+ATTEMPTS = 4
+
+
+class StaleRowError(Exception):
+    """A row's bytes no longer decode: the file changed under the index (rebuild and retry)."""
+
+
+class IndexedSource:
+    """One canonical file mirrored into the shared index database."""
+
+    SOURCE_NAME: ClassVar[str]
+
+    def __init__(self, source_path: Path, index_file: IndexFile) -> None:
+        self.source_path = Path(source_path)
+        self.file = index_file
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        self._mutex = threading.RLock()
+        self._progress: Progress | None = None
+
+    # ------------------------------------------------------------------ hooks
+
+    def _apply_change(
+        self, conn: sqlite3.Connection, fd: int, st: os.stat_result, change: Change, state: SourceState | None
+    ) -> int:
+        """Bring this source's rows level with the open file; returns the row count."""
+        raise NotImplementedError
+
+    def _populate(self, conn: sqlite3.Connection) -> None:
+        """Fill a brand-new index file (optional bulk path)."""
+
+    def _reset_caches(self) -> None:
+        """Forget per-connection caches (after a rollback or a reconnect)."""
+
+    # ------------------------------------------------------------------ connection
+
+    def _populate_hook(self) -> Populate | None:
+        return self._populate
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # A connection inherited across fork() must never be used (or closed) here.
+        self._conn = None
+        self._reset_caches()
+        self._conn = self.file.connect(populate=self._populate_hook())
+        self._pid = os.getpid()
+        return self._conn
+
+    def close(self) -> None:
+        with self._mutex:
+            self._drop_connection()
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None and self._pid == os.getpid():
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+        self._conn = None
+        self._reset_caches()
+
+    def _on_sqlite_error(self, exc: sqlite3.Error) -> None:
+        """Busy: give up for this call.  Anything else: set the file aside so it is rebuilt."""
+        if is_busy(exc):
+            raise IndexBusyError(f"index busy: {exc}") from exc
+        self._drop_connection()
+        self.file.set_aside(str(exc))
+
+    @contextlib.contextmanager
+    def _open_source(self) -> Iterator[int | None]:
+        fd = open_for_read(self.source_path)
+        try:
+            yield fd
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    # ------------------------------------------------------------------ reads
+
+    def _query(self, fd: int, answer: Callable[[sqlite3.Connection, int, SourceState], T]) -> T:
+        """Run ``answer`` on a snapshot in which the index matches the open file exactly."""
+        force = False
+        for _attempt in range(ATTEMPTS):
+            try:
+                conn = self._connection()
+                if not force:
+                    conn.execute("BEGIN")
+                    try:
+                        state = SourceState.load(conn, self.SOURCE_NAME)
+                        if state is not None and state.classify(fd, os.fstat(fd)) is Change.NONE:
+                            return answer(conn, fd, state)
+                    finally:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                self._catch_up(conn, fd, force=force)
+                force = False
+            except StaleRowError:
+                force = True
+            except sqlite3.Error as exc:
+                self._on_sqlite_error(exc)
+        raise IndexUnavailableError(f"{self.source_path} kept changing while it was being indexed")
+
+    # ------------------------------------------------------------------ writes
+
+    def _catch_up(self, conn: sqlite3.Connection, fd: int, *, force: bool = False) -> dict[str, Any]:
+        started = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            st = os.fstat(fd)
+            state = SourceState.load(conn, self.SOURCE_NAME)
+            change = Change.REPLACED if (state is None or force) else state.classify(fd, st)
+            if change is Change.NONE:
+                conn.execute("COMMIT")
+                return {"action": "none", "rows": state.rows if state else 0}
+            rows = self._apply_change(conn, fd, st, change, state)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._reset_caches()
+            raise
+        return {
+            "action": "rebuilt" if change is Change.REPLACED else "appended",
+            "rows": rows,
+            "catch_up_seconds": round(time.perf_counter() - started, 6),
+        }
+
+    def _write(self, change: Callable[[sqlite3.Connection, int], bool]) -> bool:
+        """Run a write-through ``change`` in one immediate transaction; False leaves a lazy rebuild."""
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return False
+            try:
+                conn = self._connection()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    ok = change(conn, fd)
+                    conn.execute("COMMIT" if ok else "ROLLBACK")
+                    return ok
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    self._reset_caches()
+                    raise
+            except sqlite3.Error as exc:
+                self._on_sqlite_error(exc)
+                return False
+
+    def refresh(self, *, full: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+        """Catch up now (or rebuild with ``full``); returns what was done."""
+        with self._mutex, self._open_source() as fd:
+            started = time.perf_counter()
+            self._progress = progress
+            try:
+                if fd is None:
+                    return {"source": str(self.source_path), "action": "missing", "rows": 0, "seconds": 0.0}
+                for _attempt in range(ATTEMPTS):
+                    try:
+                        report = self._catch_up(self._connection(), fd, force=full)
+                        break
+                    except sqlite3.Error as exc:
+                        self._on_sqlite_error(exc)
+                else:
+                    raise IndexUnavailableError(f"cannot refresh the index at {self.file.path}")
+            finally:
+                self._progress = None
+            report["source"] = str(self.source_path)
+            report["seconds"] = round(time.perf_counter() - started, 6)
+            return report
+
+    def source_status(self) -> dict[str, Any]:
+        """Entries, bytes indexed and bytes behind for ``memstore status``."""
+        with self._mutex, self._open_source() as fd:
+            size = os.fstat(fd).st_size if fd is not None else 0
+            info: dict[str, Any] = {
+                "source": str(self.source_path),
+                "source_bytes": size,
+                "index_path": str(self.file.path),
+                "index_bytes": self.file.size_bytes(),
+            }
+            if fd is None:
+                info.update(state="missing", entries=0, bytes_indexed=0, bytes_behind=0)
+                return info
+            state: SourceState | None = None
+            if self.file.path.exists():
+                try:
+                    state = SourceState.load(self._connection(), self.SOURCE_NAME)
+                except sqlite3.Error as exc:
+                    self._on_sqlite_error(exc)
+            if state is None:
+                info.update(
+                    state="missing" if fd is None else "not indexed",
+                    entries=0,
+                    bytes_indexed=0,
+                    bytes_behind=size,
+                )
+                return info
+            indexed = state.tail_end if state.tail_end is not None else state.indexed_to
+            fresh = state.classify(fd, os.fstat(fd)) is Change.NONE
+            info.update(
+                state="fresh" if fresh else "behind",
+                entries=state.rows,
+                corrupt_lines=state.corrupt,
+                bytes_indexed=indexed,
+                bytes_behind=0 if fresh else max(0, size - indexed),
+            )
+            return info
