@@ -268,8 +268,15 @@ class FailureCard:
         """
         if not isinstance(payload, Mapping):
             return None
-        required = ("id", "run_id", "timestamp", "error_type", "file_path", "error_message",
-                    "task_description")
+        required = (
+            "id",
+            "run_id",
+            "timestamp",
+            "error_type",
+            "file_path",
+            "error_message",
+            "task_description",
+        )
         if any(key not in payload for key in required):
             return None
         kwargs: dict[str, Any] = {

@@ -50,12 +50,34 @@ TEST_REFACTOR = "test_refactor"
 DEPENDENCY_VERSION_CHANGE = "dependency_version_change"
 KNOWN_TRIGGERS = (FILE_SIGNATURE_CHANGE, TEST_REFACTOR, DEPENDENCY_VERSION_CHANGE)
 
-DEPENDENCY_MANIFESTS = frozenset({
-    "pyproject.toml", "setup.cfg", "setup.py", "Pipfile", "Pipfile.lock", "poetry.lock", "uv.lock",
-    "pdm.lock", "constraints.txt", "environment.yml", "package.json", "package-lock.json",
-    "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "bun.lockb", "Cargo.toml", "Cargo.lock",
-    "go.mod", "go.sum", "Gemfile", "Gemfile.lock", "composer.json", "composer.lock",
-})
+DEPENDENCY_MANIFESTS = frozenset(
+    {
+        "pyproject.toml",
+        "setup.cfg",
+        "setup.py",
+        "Pipfile",
+        "Pipfile.lock",
+        "poetry.lock",
+        "uv.lock",
+        "pdm.lock",
+        "constraints.txt",
+        "environment.yml",
+        "package.json",
+        "package-lock.json",
+        "npm-shrinkwrap.json",
+        "yarn.lock",
+        "pnpm-lock.yaml",
+        "bun.lockb",
+        "Cargo.toml",
+        "Cargo.lock",
+        "go.mod",
+        "go.sum",
+        "Gemfile",
+        "Gemfile.lock",
+        "composer.json",
+        "composer.lock",
+    }
+)
 DEPENDENCY_PATTERNS = ("requirements*.txt",)
 
 
@@ -485,8 +507,10 @@ def _dependency_signature(root: Path) -> Signature:
             names = sorted(
                 entry.name
                 for entry in entries
-                if (entry.name in DEPENDENCY_MANIFESTS
-                    or any(fnmatchcase(entry.name, pattern) for pattern in DEPENDENCY_PATTERNS))
+                if (
+                    entry.name in DEPENDENCY_MANIFESTS
+                    or any(fnmatchcase(entry.name, pattern) for pattern in DEPENDENCY_PATTERNS)
+                )
                 and entry.is_file()
             )
     except FileNotFoundError:
