@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memstore.errors import ArgumentTypeError
+from memstore.errors import ArgumentTypeError, InvalidArgumentError
 from memstore.models import check_limit
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class FileWatcher:
     def _key(self, path: str) -> str:
         """One absolute spelling per file: the real path of its directory plus its name."""
         if "\x00" in path:
-            raise ArgumentTypeError("watched paths cannot contain NUL bytes")
+            raise InvalidArgumentError("watched paths cannot contain NUL bytes")
         absolute = os.path.normpath(os.path.join(os.path.abspath(self.root), path))
         return os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
 
