@@ -40,6 +40,8 @@ SUMMARY_ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("nochange_query_min_ms", "no-change query, min (ms)", "{:.3f}", ""),
     ("nochange_overhead_ms", "freshness-check overhead per query (ms)", "{:.4f}", "≤ 0.1"),
     ("add_per_s", "add with fsync, sustained over 2,000 adds (entries/s)", "{:,.0f}", "≥ 5,000"),
+    ("raw_fsync_per_s", "bare append + fsync on the same disk, same minute (per s)", "{:,.0f}", ""),
+    ("add_over_raw_fsync", "add rate ÷ bare append+fsync rate", "{:.2f}", ""),
     ("add_median_ms", "add with fsync, median latency (ms)", "{:.3f}", "≤ 0.2"),
     ("add_p95_ms", "add with fsync, p95 latency (ms)", "{:.2f}", ""),
     ("query_after_adds_ms", "first query after those adds: catch-up of 2,000 lines (ms)", "{:.0f}", ""),

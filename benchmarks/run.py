@@ -393,6 +393,7 @@ class Bench:
         entries = writer.entries(self.options.add_count)
         add = self.catalog.add
         os.sync()  # earlier raw appends must not be flushed by (and charged to) the first fsync
+        self.metrics["raw_fsync_per_s"] = self._raw_fsync_rate(min(500, self.options.add_count))
         quiet_gc()
         latencies = []
         started = time.perf_counter()
@@ -406,6 +407,7 @@ class Bench:
         self.metrics["add_per_s"] = self.options.add_count / elapsed
         self.metrics["add_median_ms"] = _ms(median(latencies))
         self.metrics["add_p95_ms"] = _ms(spread(latencies)["p95"])
+        self.metrics["add_over_raw_fsync"] = self.metrics["add_per_s"] / self.metrics["raw_fsync_per_s"]
         seconds, _ = timed(lambda: self.catalog.search(ABSENT_TOKEN))
         self.metrics["query_after_adds_ms"] = _ms(seconds)
         m = self.metrics
@@ -413,6 +415,23 @@ class Bench:
             f"  add: {m['add_per_s']:,.0f}/s (median {m['add_median_ms']:.2f} ms, "
             f"p95 {m['add_p95_ms']:.2f} ms); next query {_ms(seconds):.1f} ms"
         )
+
+    def _raw_fsync_rate(self, count: int) -> float:
+        """Appends of one 420-byte line + fsync per second on the same file system, right now:
+        the ceiling for ``add``, which the shared machine's I/O load moves a lot."""
+        path = self.jsonl.with_name("fsync-probe.tmp")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        line = b"x" * 419 + b"\n"
+        try:
+            started = time.perf_counter()
+            for _ in range(count):
+                os.write(fd, line)
+                os.fsync(fd)
+            elapsed = time.perf_counter() - started
+        finally:
+            os.close(fd)
+            path.unlink()
+        return count / elapsed
 
     def rewrite(self) -> None:
         needle = b'"branch_name": "' + DELETE_BRANCH.encode() + b'"'
