@@ -14,7 +14,8 @@ import fcntl
 import os
 import secrets
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -150,6 +151,55 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
         except OSError as exc:
             raise storage_error("fsync", path, exc) from exc
         return AppendResult(start=size + 1 if glued else size, end=size + len(line))
+    finally:
+        os.close(fd)
+
+
+def cut_torn_tail(path: Path, *, is_whole: Callable[[bytes], bool]) -> Path | None:
+    """Set aside an unterminated last line that ``is_whole`` rejects (a write cut short by a crash).
+
+    The caller holds the file group's lock.  Without this, the next append would
+    turn the fragment into a corrupt line in the middle of the file.  The fragment
+    is copied durably to ``<name>.torn-<ns>`` beside the file (never lost) before the
+    file is truncated to its last newline.  A tail that parses, and one longer than
+    MAX_LINE_BYTES (readers skip it anyway), is left alone.  Returns the copy's path.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise storage_error("open", path, exc) from exc
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return None
+        start = 0
+        pos = size
+        while pos > 0 and size - pos <= MAX_LINE_BYTES:
+            chunk_start = max(0, pos - READ_CHUNK)
+            newline = os.pread(fd, pos - chunk_start, chunk_start).rfind(b"\n")
+            if newline >= 0:
+                start = chunk_start + newline + 1
+                break
+            pos = chunk_start
+        if size - start > MAX_LINE_BYTES:
+            return None
+        tail = os.pread(fd, size - start, start)
+        if is_whole(tail):
+            return None
+        aside = path.with_name(f"{path.name}.torn-{time.time_ns()}")
+        atomic_write(aside, tail, mode=os.fstat(fd).st_mode & 0o777)
+        try:
+            os.ftruncate(fd, start)
+            os.fsync(fd)
+        except OSError as exc:
+            raise storage_error("truncate the torn last line of", path, exc) from exc
+        return aside
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise storage_error("read the last line of", path, exc) from exc
     finally:
         os.close(fd)
 
