@@ -14,9 +14,16 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memstore.errors import ArgumentTypeError, EntryNotFoundError, IndexUnavailableError, ReadonlyError
+from memstore.errors import (
+    ArgumentTypeError,
+    EntryNotFoundError,
+    IndexUnavailableError,
+    InvalidArgumentError,
+    ReadonlyError,
+)
 from memstore.files import (
     DEFAULT_FILE_MODE,
+    MAX_LINE_BYTES,
     PRIVATE_FILE_MODE,
     FileLock,
     append_line,
@@ -123,7 +130,7 @@ class MemoryCatalog:
         """Append one entry durably; the returned entry is on disk when this returns."""
         self._require_writable("add memory")
         entry = self._new_entry(content, tags, branch_name, run_id)
-        line = encode_entry(entry)
+        line = _readable(encode_entry(entry))
         with self._lock():
             self._append(self.path, line)
         return entry
@@ -142,7 +149,7 @@ class MemoryCatalog:
         if not isinstance(provenance, Mapping):
             raise ArgumentTypeError(f"provenance must be a dict, not {type(provenance).__name__}")
         entry = self._new_entry(content, tags, branch_name, run_id)
-        line = encode_entry(entry, quarantine=True, provenance=dict(provenance))
+        line = _readable(encode_entry(entry, quarantine=True, provenance=dict(provenance)))
         with self._lock():
             self._append(self.quarantine_path, line)
         return entry
@@ -180,14 +187,16 @@ class MemoryCatalog:
         def move(entries: builtins.list[MemoryEntry]) -> None:
             quarantined_at = utc_now_iso()
             lines = b"".join(
-                encode_entry(
-                    entry,
-                    quarantine=True,
-                    provenance={
-                        "reason": reason,
-                        "original_branch": branch_name,
-                        "quarantined_at": quarantined_at,
-                    },
+                _readable(
+                    encode_entry(
+                        entry,
+                        quarantine=True,
+                        provenance={
+                            "reason": reason,
+                            "original_branch": branch_name,
+                            "quarantined_at": quarantined_at,
+                        },
+                    )
                 )
                 for entry in entries
             )
@@ -411,6 +420,15 @@ class MemoryCatalog:
 
     def _scan_fresh(self) -> ScanResult:
         return ScanCache(self.path).read()
+
+
+def _readable(line: bytes) -> bytes:
+    """Refuse a line readers would skip as too long: acknowledging it would lose it silently."""
+    if len(line) - 1 > MAX_LINE_BYTES:
+        raise InvalidArgumentError(
+            f"memory entry is {len(line) - 1} bytes as JSON, more than the {MAX_LINE_BYTES} a line may hold"
+        )
+    return line
 
 
 def _is_whole_line(data: bytes) -> bool:
