@@ -286,13 +286,18 @@ class RawLine:
 
 
 def iter_raw_lines(fd: int, *, start: int = 0, stop: int | None = None) -> Iterator[RawLine]:
-    """Split bytes ``[start, stop)`` of an open file on ``\\n`` only, in bounded memory."""
+    """Split bytes ``[start, stop)`` of an open file on ``\\n`` only, in bounded memory.
+
+    A line within one read chunk is sliced from it; a longer one is read in one
+    ``pread`` once its newline is found, and only when it is at most MAX_LINE_BYTES,
+    so an oversized line never costs more than a chunk of memory.
+    """
     if stop is None:
         stop = os.fstat(fd).st_size
     pos = start
-    pending = bytearray()
-    pending_start = start
-    oversized = False
+    line_start = start
+    chunk = b""
+    chunk_pos = start
     while pos < stop:
         chunk = os.pread(fd, min(READ_CHUNK, stop - pos), pos)
         if not chunk:
@@ -303,26 +308,22 @@ def iter_raw_lines(fd: int, *, start: int = 0, stop: int | None = None) -> Itera
         while True:
             newline = chunk.find(b"\n", cursor)
             if newline < 0:
-                if not oversized:
-                    pending += chunk[cursor:]
-                    if len(pending) > MAX_LINE_BYTES:
-                        oversized = True
-                        pending.clear()
                 break
             end = chunk_pos + newline + 1
-            if oversized:
-                yield RawLine(pending_start, end, None, True)
-            elif pending:
-                pending += chunk[cursor:newline]
-                yield RawLine(pending_start, end, bytes(pending), True)
-            else:
-                yield RawLine(pending_start, end, chunk[cursor:newline], True)
-            pending.clear()
-            oversized = False
-            pending_start = end
+            yield RawLine(line_start, end, _line_bytes(fd, line_start, end - 1, chunk, chunk_pos), True)
+            line_start = end
             cursor = newline + 1
-    if pending or oversized:
-        yield RawLine(pending_start, pos, None if oversized else bytes(pending), False)
+    if pos > line_start:
+        yield RawLine(line_start, pos, _line_bytes(fd, line_start, pos, chunk, chunk_pos), False)
+
+
+def _line_bytes(fd: int, start: int, stop: int, chunk: bytes, chunk_pos: int) -> bytes | None:
+    """Bytes ``[start, stop)``: from the current chunk when it holds them, else one read; None if too long."""
+    if stop - start > MAX_LINE_BYTES:
+        return None
+    if start >= chunk_pos:
+        return chunk[start - chunk_pos : stop - chunk_pos]
+    return os.pread(fd, stop - start, start)
 
 
 def open_for_read(path: Path) -> int | None:
