@@ -31,8 +31,10 @@ from memstore.cards import (
     rank_cards,
     task_keywords,
 )
-from memstore.errors import ArgumentTypeError
+from memstore.errors import ArgumentTypeError, IndexUnavailableError
 from memstore.files import FileLock, atomic_write, ensure_dir, storage_error
+from memstore.index.card_index import CardIndex
+from memstore.index.db import IndexBusyError
 from memstore.models import check_limit
 
 logger = logging.getLogger(__name__)
@@ -97,7 +99,7 @@ class FailureCardStorage:
     concurrent processes never lose each other's cards.
     """
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, *, use_index: bool = True) -> None:
         if not isinstance(root, (str, os.PathLike)):
             raise ArgumentTypeError(f"root must be a str or Path, not {type(root).__name__}")
         self.root = Path(root)
@@ -107,6 +109,36 @@ class FailureCardStorage:
         self.lock_path = directory / "failures.lock"
         self.config_path = self.root / ".teaagent" / "config.json"
         self._lock = FileLock(self.lock_path)
+        self._index: CardIndex | None = (
+            CardIndex(self.path, self.root / ".teaagent", load_records=records_from_bytes) if use_index else None
+        )
+
+    def reindex(self, *, full: bool = False) -> dict[str, Any]:
+        """Bring the card index up to date (``full`` rebuilds it); returns what was done."""
+        if self._index is None:
+            raise IndexUnavailableError("the failure-card index is disabled or unavailable")
+        return self._index.refresh(full=full)
+
+    def index_status(self) -> dict[str, Any]:
+        """Entries, bytes indexed and bytes behind of the card index."""
+        if self._index is None:
+            return {"state": "disabled", "source": str(self.path)}
+        try:
+            return self._index.source_status()
+        except IndexUnavailableError as exc:
+            return {"state": "unavailable", "source": str(self.path), "error": str(exc)}
+
+    def _indexed(self, query: Callable[[CardIndex], T]) -> T | None:
+        """Answer from the derived index; None (scan instead) when it cannot be used."""
+        if self._index is None:
+            return None
+        try:
+            return query(self._index)
+        except IndexUnavailableError as exc:
+            if not isinstance(exc, IndexBusyError):
+                logger.warning("failure-card index unavailable, answering from a scan: %s", exc)
+                self._index = None
+            return None
 
     # -- the two hook points -------------------------------------------------------------
 
@@ -120,18 +152,17 @@ class FailureCardStorage:
         data = self._read_bytes()
         if data is None:
             return []
-        parsed = _parse_array(data)
-        if parsed is None:
-            return []
-        records = [item for item in parsed if isinstance(item, dict)]
-        if len(records) != len(parsed):
-            logger.debug("%s: skipped %d non-object elements", self.path, len(parsed) - len(records))
-        return records
+        return records_from_bytes(data)
 
     def _store_records(self, records: list[Record]) -> None:
         """Durably replace the file with ``records``. The caller holds the lock."""
         text = json.dumps(records, indent=2) + "\n"
-        atomic_write(self.path, text.encode("utf-8"))
+        stat = atomic_write(self.path, text.encode("utf-8"))
+        if self._index is not None:
+            try:
+                self._index.replace_records(records, stat)
+            except IndexUnavailableError as exc:
+                logger.info("failure-card index will rebuild after this rewrite: %s", exc)
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -186,11 +217,17 @@ class FailureCardStorage:
 
     def list_active(self) -> list[FailureCard]:
         now = time.time()
+        indexed = self._indexed(lambda index: index.list_active(now))
+        if indexed is not None:
+            return indexed
         return [card for card in self.list_all() if card.is_active(now=now)]
 
     def get_by_id(self, card_id: str) -> FailureCard | None:
         """The first card in file order with this id (surrounding whitespace ignored)."""
         wanted = _check_id(card_id)
+        indexed = self._indexed(lambda index: index.get_by_id(wanted))
+        if indexed is not None:
+            return indexed[0] if indexed else None
         for _, card in self._cards(self._load_records()):
             if card.id == wanted:
                 return card
@@ -212,6 +249,9 @@ class FailureCardStorage:
         if limit == 0:
             return []
         now = time.time()
+        indexed = self._indexed(lambda index: index.find_matching(paths, keywords, error_type, limit, now))
+        if indexed is not None:
+            return indexed
         scored = (
             (card_match_score(card, file_paths=paths, keywords=keywords, error_type=error_type), order, card)
             for order, card in self._cards(self._load_records())
@@ -342,6 +382,18 @@ def _check_id(card_id: object) -> str:
     if not isinstance(card_id, str):
         raise ArgumentTypeError(f"card_id must be a str, not {type(card_id).__name__}")
     return card_id.strip()
+
+
+def records_from_bytes(data: bytes) -> list[Record]:
+    """The card dicts of a failures.json, in file order; ``[]`` when it is not a JSON array.
+
+    Elements that are not objects are skipped (and dropped by the next rewrite).
+    Shared with the index, so both read exactly the same records.
+    """
+    parsed = _parse_array(data)
+    if parsed is None:
+        return []
+    return [item for item in parsed if isinstance(item, dict)]
 
 
 def _parse_array(data: bytes) -> list[Any] | None:

@@ -69,6 +69,7 @@ card = Table(
     Column("expires_at", Float),
     Column("invalidated", Integer, nullable=False),
     Column("odd", Integer, nullable=False, server_default=text("0")),
+    Column("data", Text, nullable=False),
     Index("card_card_id", "card_id"),
 )
 

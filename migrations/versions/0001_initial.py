@@ -67,6 +67,7 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.Float),
         sa.Column("invalidated", sa.Integer, nullable=False),
         sa.Column("odd", sa.Integer, nullable=False, server_default=sa.text("0")),
+        sa.Column("data", sa.Text, nullable=False),
     )
     op.create_index("card_card_id", "card", ["card_id"])
     op.create_table(

@@ -1,0 +1,213 @@
+"""The index of failures.json: card rows and task keywords for exact ``find_matching`` in SQL.
+
+failures.json is one JSON array rewritten whole, so any change to it replaces this
+source's rows; memstore's own rewrites hand over the records they just wrote
+(write-through), so the file is never parsed twice.  How bytes become records is
+the storage's business: it passes its own loader in, which keeps one definition.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from memstore.cards import (
+    ERROR_TYPE_POINTS,
+    KEYWORD_POINTS,
+    MIN_SHARED_KEYWORDS,
+    PATH_POINTS,
+    FailureCard,
+    card_match_score,
+    task_keywords,
+)
+from memstore.index.base import IndexedSource
+from memstore.index.db import IndexFile, Populate
+from memstore.index.source import Change, SourceState
+
+SOURCE_NAME = "failures"
+LoadRecords = Callable[[bytes], list[dict[str, Any]]]
+
+ACTIVE_SQL = "invalidated = 0 AND (expires_at IS NULL OR expires_at > :now)"
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks = []
+    position = 0
+    while position < size:
+        chunk = os.pread(fd, min(1 << 20, size - position), position)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        position += len(chunk)
+    return b"".join(chunks)
+
+
+class CardIndex(IndexedSource):
+    """Failure cards of one workspace, mirrored into the workspace's index database."""
+
+    SOURCE_NAME = SOURCE_NAME
+
+    def __init__(self, source_path: Path, store_dir: Path, *, load_records: LoadRecords) -> None:
+        super().__init__(source_path, IndexFile(store_dir))
+        self._load_records = load_records
+
+    def _populate_hook(self) -> Populate | None:
+        return None
+
+    def _apply_change(
+        self, conn: sqlite3.Connection, fd: int, st: os.stat_result, change: Change, state: SourceState | None
+    ) -> int:
+        # A JSON array is rewritten whole: whatever changed, the rows are rebuilt.
+        return self._replace_rows(conn, fd, st, self._load_records(_read_all(fd, st.st_size)))
+
+    def _replace_rows(
+        self, conn: sqlite3.Connection, fd: int, st: os.stat_result, records: Sequence[dict[str, Any]]
+    ) -> int:
+        conn.execute("DELETE FROM card")
+        conn.execute("DELETE FROM card_kw")
+        rows: list[tuple[Any, ...]] = []
+        keywords: list[tuple[str, int]] = []
+        for order, record in enumerate(records):
+            card = FailureCard.from_dict(record)
+            if card is None:
+                continue
+            row_id = order + 1
+            # Strings SQLite cannot bind (lone surrogates) keep the card out of SQL matching.
+            odd = not (_encodable(card.id) and _encodable(card.file_path) and _encodable(card.error_type))
+            rows.append(
+                (
+                    row_id,
+                    None if odd else card.id,
+                    None if odd else card.file_path,
+                    None if odd else card.error_type,
+                    card.timestamp,
+                    card.expires_at,
+                    int(card.invalidated),
+                    int(odd),
+                    json.dumps(record),
+                )
+            )
+            if not odd:
+                keywords.extend((word, row_id) for word in task_keywords(card.task_description))
+        conn.executemany(
+            "INSERT INTO card(id, card_id, file_path, error_type, timestamp, expires_at, invalidated, odd, data)"
+            " VALUES (?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+        conn.executemany("INSERT OR IGNORE INTO card_kw(word, card) VALUES (?, ?)", keywords)
+        SourceState.of_file(
+            SOURCE_NAME, fd, st, indexed_to=st.st_size, tail_end=None, rows=len(rows), corrupt=0, blank=0
+        ).save(conn)
+        return len(rows)
+
+    # ------------------------------------------------------------------ write-through
+
+    def replace_records(self, records: Sequence[dict[str, Any]], after: os.stat_result) -> bool:
+        """Follow the storage's own rewrite with the records it just wrote (caller holds its lock)."""
+
+        def change(conn: sqlite3.Connection, fd: int) -> bool:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size) != (after.st_dev, after.st_ino, after.st_size):
+                return False
+            self._replace_rows(conn, fd, st, records)
+            return True
+
+        return self._write(change)
+
+    # ------------------------------------------------------------------ answers
+
+    @staticmethod
+    def _card(data: str) -> FailureCard:
+        card = FailureCard.from_dict(json.loads(data))
+        if card is None:  # pragma: no cover - rows are only written for valid cards
+            raise ValueError("indexed card no longer decodes")
+        return card
+
+    def _odd_cards(self, conn: sqlite3.Connection) -> list[tuple[int, FailureCard]]:
+        rows = conn.execute("SELECT id, data FROM card WHERE odd = 1 ORDER BY id").fetchall()
+        return [(row_id, self._card(data)) for row_id, data in rows]
+
+    def find_matching(
+        self, paths: Sequence[str], keywords: frozenset[str], error_type: str | None, limit: int, now: float
+    ) -> list[FailureCard]:
+        """Active cards by score desc, timestamp desc, file order; exactly as the scan ranks them."""
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return []
+
+            def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
+                params: dict[str, Any] = {"now": now, "k": limit, "kw": json.dumps(sorted(keywords))}
+                usable = [path for path in paths if path and _encodable(path)]
+                params.update({f"p{i}": path for i, path in enumerate(usable)})
+                path_sql = " OR ".join(f"instr(file_path, :p{i}) > 0" for i in range(len(usable))) or "0"
+                error_sql = "0"
+                if error_type and _encodable(error_type):
+                    params["e"] = error_type
+                    error_sql = "error_type = :e"
+                sql = (
+                    "SELECT id, timestamp, data, score FROM ("
+                    f" SELECT card.id AS id, timestamp, data,"
+                    f" (CASE WHEN {path_sql} THEN {PATH_POINTS} ELSE 0 END)"
+                    f" + (CASE WHEN {error_sql} THEN {ERROR_TYPE_POINTS} ELSE 0 END)"
+                    f" + (CASE WHEN coalesce(k.n, 0) >= {MIN_SHARED_KEYWORDS} THEN {KEYWORD_POINTS} * k.n ELSE 0 END)"
+                    " AS score"
+                    " FROM card LEFT JOIN (SELECT card, count(*) AS n FROM card_kw"
+                    "  WHERE word IN (SELECT value FROM json_each(:kw)) GROUP BY card) k ON k.card = card.id"
+                    f" WHERE odd = 0 AND {ACTIVE_SQL}"
+                    ") WHERE score > 0 ORDER BY score DESC, timestamp DESC, id LIMIT :k"
+                )
+                ranked = [
+                    (-score, -timestamp, row_id, self._card(data))
+                    for row_id, timestamp, data, score in conn.execute(sql, params)
+                ]
+                for row_id, card in self._odd_cards(conn):
+                    if card.is_active(now=now):
+                        score = card_match_score(card, file_paths=paths, keywords=keywords, error_type=error_type)
+                        if score > 0:
+                            ranked.append((-score, -card.timestamp, row_id, card))
+                ranked.sort(key=lambda item: (item[0], item[1], item[2]))
+                return [item[3] for item in ranked[:limit]]
+
+            return self._query(fd, answer)
+
+    def list_active(self, now: float) -> list[FailureCard]:
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return []
+
+            def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
+                rows = conn.execute(f"SELECT data FROM card WHERE {ACTIVE_SQL} ORDER BY id", {"now": now})
+                return [self._card(data) for (data,) in rows]
+
+            return self._query(fd, answer)
+
+    def get_by_id(self, card_id: str) -> list[FailureCard]:
+        """``[card]`` for the first card in file order with this id, ``[]`` when none."""
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return []
+
+            def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
+                found: list[tuple[int, FailureCard]] = []
+                if _encodable(card_id):
+                    row = conn.execute(
+                        "SELECT id, data FROM card WHERE card_id = ? ORDER BY id LIMIT 1", (card_id,)
+                    ).fetchone()
+                    if row is not None:
+                        found.append((row[0], self._card(row[1])))
+                found.extend(item for item in self._odd_cards(conn) if item[1].id == card_id)
+                return [min(found, key=lambda item: item[0])[1]] if found else []
+
+            return self._query(fd, answer)
