@@ -712,7 +712,9 @@ def reindex_command(env: Env, full: bool, check: bool) -> None:
     if full or not check:
         with contextlib.ExitStack() as stack:
             show_progress = not env.as_json and sys.stderr.isatty()
-            report = catalog.reindex(full=full, progress=_ProgressBar(stack) if show_progress else None)
+            from memstore.maintenance import reindex_workspace
+
+            report = reindex_workspace(catalog, full=full, progress=_ProgressBar(stack) if show_progress else None)
         payload["reindex"] = report
     if check:
         payload["check"] = catalog.check_index()
@@ -766,7 +768,9 @@ def status_command(env: Env) -> None:
 
     Entries, bytes indexed, bytes behind, file and index sizes.
     """
-    index = _catalog(env, for_reading=True).health_report().get("index", {})
+    from memstore.maintenance import workspace_index_status
+
+    index = workspace_index_status(_catalog(env, for_reading=True))
     if env.as_json:
         _emit_json({"index": index})
     else:

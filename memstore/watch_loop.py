@@ -26,6 +26,7 @@ from typing import Any
 
 from memstore.catalog import MemoryCatalog
 from memstore.errors import IndexUnavailableError, MemstoreError
+from memstore.maintenance import reindex_workspace
 from memstore.watcher import FileWatcher
 
 logger = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class IndexWatch:
         try:
             if self._catalog is None:
                 self._catalog = MemoryCatalog(self.root)
-            report = self._catalog.reindex(full=False, progress=self._check_stop)
+            report = reindex_workspace(self._catalog, full=False, progress=self._check_stop)
         except WatchStopped:
             return
         except IndexUnavailableError as exc:
@@ -174,5 +175,11 @@ class IndexWatch:
 
 def _summary(report: Mapping[str, Any]) -> str:
     """A short one-line rendering of a reindex report's scalar fields."""
-    parts = [f"{key}={value}" for key, value in report.items() if isinstance(value, (int, float, str, bool))]
+    parts = [
+        f"{name}.{key}={value}"
+        for name, source in report.items()
+        if isinstance(source, Mapping)
+        for key, value in source.items()
+        if isinstance(value, (int, float, str, bool))
+    ]
     return ", ".join(parts) or "done"

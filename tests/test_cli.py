@@ -358,15 +358,15 @@ def test_reindex_check_and_status(root: Path) -> None:
     ok(run(root, "add", "note number one"))
     ok(run(root, "add", "note number two"))
     report = ok_json(run(root, "reindex", "--full", "--json"))
-    assert report["reindex"]["rows"] == 2 and "check" not in report
-    assert re.search(r"^rows: +2$", ok(run(root, "reindex")), re.M)
+    assert report["reindex"]["catalog"]["rows"] == 2 and "check" not in report
+    assert re.search(r"^catalog.rows: +2$", ok(run(root, "reindex")), re.M)
     checked = ok_json(run(root, "reindex", "--check", "--json"))
     assert set(checked) == {"check"} and checked["check"]["equal"] is True
     assert "index matches the files" in ok(run(root, "reindex", "--full", "--check"))
 
     with open(root / ".teaagent" / "memory.jsonl", "ab") as handle:
         handle.write(b"not yet indexed\n")
-    status = ok_json(run(root, "status", "--json"))["index"]
+    status = ok_json(run(root, "status", "--json"))["index"]["sources"][0]
     assert status["entries"] == 2 and status["bytes_behind"] == len(b"not yet indexed\n")
     lines = ok(run(root, "status")).splitlines()
     assert lines[0] == f"index: {Path('.teaagent', 'index', 'memstore.sqlite3')}"
@@ -390,7 +390,7 @@ def test_reindex_draws_a_progress_bar_only_on_a_terminal(root: Path) -> None:
     for number in range(5):
         catalog.add(f"entry {number}")
     plain = run(root, "reindex", "--full")
-    assert "indexing" not in plain.stderr and re.search(r"^rows: +5$", ok(plain), re.M)
+    assert "indexing" not in plain.stderr and re.search(r"^catalog.rows: +5$", ok(plain), re.M)
 
     controller, terminal = pty.openpty()
     try:

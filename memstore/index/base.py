@@ -179,9 +179,12 @@ class IndexedSource:
             try:
                 if fd is None:
                     return {"source": str(self.source_path), "action": "missing", "rows": 0, "seconds": 0.0}
+                creating = not self.file.path.exists()
                 for _attempt in range(ATTEMPTS):
                     try:
                         report = self._catch_up(self._connection(), fd, force=full)
+                        if creating and report["action"] == "none":
+                            report["action"] = "built"
                         break
                     except sqlite3.Error as exc:
                         self._on_sqlite_error(exc)
