@@ -1,0 +1,56 @@
+"""``import memstore`` stays light: the heavy dependencies load only when used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("sqlalchemy", "alembic", "watchdog", "click")
+
+PROBE = """
+import json, sys
+import memstore
+touched = {touch}
+for name in touched:
+    getattr(memstore, name)
+heavy = sorted({{m.split(".")[0] for m in sys.modules}} & set({heavy!r}))
+print(json.dumps(heavy))
+"""
+
+
+def loaded_after(touch: list[str]) -> list[str]:
+    code = PROBE.format(touch=touch, heavy=HEAVY)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    return list(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    "touch",
+    [
+        [],
+        ["MemoryCatalog", "MemoryEntry"],
+        ["normalize_tags", "memory_matches", "memory_relevance_score", "memory_entry_from_payload"],
+        ["MemoryHierarchy", "memory_entries_to_prompt", "MemstoreError"],
+    ],
+    ids=["import", "catalog", "helpers", "hierarchy"],
+)
+def test_import_does_not_load_heavy_dependencies(touch: list[str]) -> None:
+    assert loaded_after(touch) == []
+
+
+def test_the_probe_detects_a_heavy_import() -> None:
+    """The check itself works: importing one of them directly is seen."""
+    code = PROBE.format(touch=[], heavy=HEAVY).replace("import memstore\n", "import memstore, click\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == ["click"]
+
+
+def test_public_names_of_this_layer_exist() -> None:
+    import memstore
+
+    for name in ("MemoryCatalog", "MemoryEntry", "MemoryHierarchy", "normalize_tags", "memory_matches"):
+        assert name in memstore.__all__
+        assert getattr(memstore, name) is not None
