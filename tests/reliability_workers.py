@@ -350,3 +350,24 @@ def peak_rss_growth(root: str, mode: str, out_path: str) -> None:
         )
 
     _guarded(out_path, body)
+
+
+# ----------------------------------------------------------------------------- index damage
+
+
+def index_then_vanish(root: str, entries: int, report_path: str) -> None:
+    """Add and query (so the index's WAL holds commits), then exit without closing anything."""
+
+    def body() -> None:
+        from memstore.catalog import MemoryCatalog
+
+        catalog = MemoryCatalog(root)
+        for n in range(entries):
+            catalog.add(f"wal entry {n} alpha")
+            if n % 10 == 0:
+                catalog.search("alpha")
+        catalog.search("alpha")
+        Path(report_path).write_text("done")
+        os._exit(0)
+
+    _guarded(report_path, body)
