@@ -168,12 +168,12 @@ class MemoryCatalog:
     def delete_by_branch(self, branch_name: str) -> int:
         self._require_writable("delete memory")
         _require_str("branch_name", branch_name)
-        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name))
+        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name))
 
     def delete_by_run_id(self, run_id: str) -> int:
         self._require_writable("delete memory")
         _require_str("run_id", run_id)
-        return len(self._rewrite_without(lambda entry: entry.run_id == run_id))
+        return len(self._rewrite_without(lambda entry: entry.run_id == run_id, hint=run_id))
 
     def quarantine_by_branch(self, branch_name: str, reason: str) -> int:
         """Move a branch's entries to quarantine: appended there first, then removed here.
@@ -202,19 +202,29 @@ class MemoryCatalog:
             )
             self._append(self.quarantine_path, lines)
 
-        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, before=move))
+        return len(
+            self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name, before=move)
+        )
 
     def _rewrite_without(
         self,
         predicate: Callable[[MemoryEntry], bool],
         *,
+        hint: str,
         before: Callable[[builtins.list[MemoryEntry]], None] | None = None,
     ) -> builtins.list[MemoryEntry]:
         """Rewrite memory.jsonl without matching entries, keeping every other line byte for byte.
 
         Lines that do not parse are kept (they are someone's data); blank lines are dropped.
         The index follows the rewrite in the same locked operation instead of rebuilding.
+        ``hint`` is the string value the predicate looks for: a line with no backslash
+        holds every string literally, so unless it contains the hint's UTF-8 bytes it
+        cannot match and is kept without being parsed.
         """
+        try:
+            needle: bytes | None = hint.encode("utf-8")
+        except UnicodeEncodeError:
+            needle = None  # only a line with escapes can hold a lone surrogate
         with self._lock():
             remove_stale_temps(self.path)
             cut_torn_tail(self.path, is_whole=_is_whole_line)
@@ -234,6 +244,9 @@ class MemoryCatalog:
                         continue
                     if is_blank(raw.data):
                         dropped.append((raw.start, raw.end - raw.start))
+                        continue
+                    if b"\\" not in raw.data and (needle is None or needle not in raw.data):
+                        kept.append(raw.data)
                         continue
                     entry = decode_entry(raw.data)
                     if entry is not None and predicate(entry):

@@ -40,10 +40,16 @@ def entry_lines(draw: st.DrawFn) -> bytes:
         "content": draw(text),
         "tags": draw(st.lists(st.sampled_from(TAGS), max_size=3)),
         "created_at": draw(st.sampled_from(STAMPS)),
-        "branch_name": draw(st.sampled_from([None, "b1", "b2"])),
+        "branch_name": draw(st.sampled_from([None, "b1", "b2", "bé", "\ud800"])),
         "run_id": draw(st.sampled_from([None, "r1"])),
     }
     line = json.dumps(payload, sort_keys=True).encode()
+    if draw(st.booleans()):
+        # Other tools write UTF-8 without escapes (and other separators).
+        try:
+            line = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        except UnicodeEncodeError:
+            pass
     return line + draw(st.sampled_from([b"", b"\r"]))
 
 
@@ -123,9 +129,9 @@ operations = st.lists(
         st.tuples(st.just("append"), lines, st.booleans()),
         st.tuples(st.just("add"), text, st.lists(st.sampled_from(TAGS), max_size=2),
                   st.sampled_from([None, "b1", "b2"])),
-        st.tuples(st.just("delete_branch"), st.sampled_from(["b1", "b2"])),
+        st.tuples(st.just("delete_branch"), st.sampled_from(["b1", "b2", "bé", "\ud800"])),
         st.tuples(st.just("delete_run"), st.just("r1")),
-        st.tuples(st.just("quarantine"), st.sampled_from(["b1", "b2"])),
+        st.tuples(st.just("quarantine"), st.sampled_from(["b1", "b2", "bé"])),
         st.tuples(st.just("replace"), lines),
         st.tuples(st.just("truncate"), st.integers(min_value=0, max_value=400)),
         st.tuples(st.just("edit"), st.integers(min_value=0, max_value=400)),
@@ -146,12 +152,18 @@ def apply(catalog: MemoryCatalog, op: tuple) -> None:
             handle.write(body + (b"\n" if op[2] else b""))
     elif kind == "add":
         catalog.add(op[1], tags=op[2], branch_name=op[3]) if op[1].strip() else None
-    elif kind == "delete_branch":
-        catalog.delete_by_branch(op[1])
+    elif kind in ("delete_branch", "quarantine"):
+        before = reference(path)
+        count = catalog.delete_by_branch(op[1]) if kind == "delete_branch" else catalog.quarantine_by_branch(
+            op[1], "test")
+        after = [entry for _order, entry in reference(path)]
+        expected = [entry for _order, entry in before if entry.branch_name != op[1]]  # type: ignore[attr-defined]
+        assert after == expected and count == len(before) - len(expected)
     elif kind == "delete_run":
-        catalog.delete_by_run_id(op[1])
-    elif kind == "quarantine":
-        catalog.quarantine_by_branch(op[1], "test")
+        before = reference(path)
+        count = catalog.delete_by_run_id(op[1])
+        expected = [entry for _order, entry in before if entry.run_id != op[1]]  # type: ignore[attr-defined]
+        assert [entry for _order, entry in reference(path)] == expected and count == len(before) - len(expected)
     elif kind == "replace":
         replace_file(path, b"\n".join(op[1]) + b"\n")
     elif kind == "truncate" and path.exists():

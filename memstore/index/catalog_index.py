@@ -9,8 +9,8 @@ row inside it, so concurrent processes never index the same bytes twice.
 
 from __future__ import annotations
 
-import bisect
 import builtins
+import json
 import os
 import sqlite3
 from collections import Counter
@@ -63,6 +63,7 @@ class _Ingest:
     bulk: bool = False
     """A whole-source build: the FTS table is rebuilt from ``doc`` in one pass at the end."""
     docs: list[tuple[Any, ...]] = field(default_factory=list)
+    pos: list[tuple[int, int, int]] = field(default_factory=list)
     fts: list[tuple[int, str, str]] = field(default_factory=list)
     tags: list[tuple[int, str]] = field(default_factory=list)
 
@@ -181,30 +182,25 @@ class CatalogIndex(IndexedSource):
         ingest.rows += 1
         content = entry.content.lower()
         tags = "\n".join(entry.tags)
-        normal = (
-            sql_safe(content)
-            and sql_safe(tags)
-            and _encodable(entry.memory_id)
-            and _encodable(entry.created_at)
-        )
+        normal = sql_safe(content) and sql_safe(tags) and _encodable(entry.memory_id) and _encodable(entry.created_at)
         if not normal:
             # Kept out of SQL matching, but present (empty) in the FTS table so that its
             # integrity check against the content table holds.
-            ingest.docs.append((row_id, None, "", "", None, 0, off, length, 1))
+            ingest.docs.append((row_id, None, "", "", None, 0, 1))
+            ingest.pos.append((row_id, off, length))
             ingest.fts.append((row_id, "", ""))
             return
-        ingest.docs.append(
-            (row_id, entry.memory_id, content, tags, entry.created_at, tag_bonus(entry.tags), off, length, 0)
-        )
+        ingest.docs.append((row_id, entry.memory_id, content, tags, entry.created_at, tag_bonus(entry.tags), 0))
+        ingest.pos.append((row_id, off, length))
         ingest.fts.append((row_id, content, tags))
         ingest.tags.extend((row_id, tag) for tag in entry.tags)
 
     def _flush(self, conn: sqlite3.Connection, ingest: _Ingest) -> None:
         if ingest.docs:
             conn.executemany(
-                "INSERT INTO doc(id, mid, c, t, created_at, bonus, off, len, odd) VALUES (?,?,?,?,?,?,?,?,?)",
-                ingest.docs,
+                "INSERT INTO doc(id, mid, c, t, created_at, bonus, odd) VALUES (?,?,?,?,?,?,?)", ingest.docs
             )
+            conn.executemany("INSERT INTO pos(id, off, len) VALUES (?,?,?)", ingest.pos)
         if ingest.fts and not ingest.bulk:
             conn.executemany("INSERT INTO doc_fts(rowid, c, t) VALUES (?,?,?)", ingest.fts)
         if ingest.tags:
@@ -226,11 +222,13 @@ class CatalogIndex(IndexedSource):
                 [(self._tag_ids[tag], row_id) for row_id, tag in ingest.tags],
             )
         ingest.docs.clear()
+        ingest.pos.clear()
         ingest.fts.clear()
         ingest.tags.clear()
 
     def _clear(self, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM doc")
+        conn.execute("DELETE FROM pos")
         conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('delete-all')")
         conn.execute("DELETE FROM entry_tag")
         conn.execute("DELETE FROM tagvocab")
@@ -247,11 +245,11 @@ class CatalogIndex(IndexedSource):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
             conn.execute(
-                "INSERT INTO doc_fts(doc_fts, rowid, c, t) SELECT 'delete', id, c, t FROM doc"
-                f" WHERE id IN ({marks})",
+                f"INSERT INTO doc_fts(doc_fts, rowid, c, t) SELECT 'delete', id, c, t FROM doc WHERE id IN ({marks})",
                 chunk,
             )
             conn.execute(f"DELETE FROM doc WHERE id IN ({marks})", chunk)
+            conn.execute(f"DELETE FROM pos WHERE id IN ({marks})", chunk)
 
     # ------------------------------------------------------------------ answers
 
@@ -261,10 +259,10 @@ class CatalogIndex(IndexedSource):
             raise StaleRowError(off)
         return entry
 
-    def _odd_rows(
-        self, conn: sqlite3.Connection, fd: int
-    ) -> builtins.list[tuple[int, int, int, MemoryEntry]]:
-        rows = conn.execute("SELECT id, off, len FROM doc WHERE odd = 1 ORDER BY id").fetchall()
+    def _odd_rows(self, conn: sqlite3.Connection, fd: int) -> builtins.list[tuple[int, int, int, MemoryEntry]]:
+        rows = conn.execute(
+            "SELECT doc.id, off, len FROM doc JOIN pos ON pos.id = doc.id WHERE odd = 1 ORDER BY doc.id"
+        ).fetchall()
         return [(row_id, off, length, self._entry_at(fd, off, length)) for row_id, off, length in rows]
 
     def search(self, tokens: Sequence[str], limit: int) -> list[MemoryEntry]:
@@ -275,16 +273,20 @@ class CatalogIndex(IndexedSource):
             def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
                 hits = search_rows(conn, tokens, limit, state.rows)
                 known: dict[int, MemoryEntry] = {}
-                for row_id, off, length, entry in self._odd_rows(conn, fd):
+                for row_id, _off, _length, entry in self._odd_rows(conn, fd):
                     if memory_matches(entry, tokens):
                         known[row_id] = entry
-                        hits.append(
-                            Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id, off, length)
-                        )
+                        hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id))
                 hits.sort(key=Hit.sort_key)
-                return [
-                    known.get(hit.row_id) or self._entry_at(fd, hit.off, hit.length) for hit in hits[:limit]
-                ]
+                top = hits[:limit]
+                wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
+                places = {
+                    row_id: (off, length)
+                    for row_id, off, length in conn.execute(
+                        "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
+                    )
+                }
+                return [known.get(hit.row_id) or self._entry_at(fd, *places[hit.row_id]) for hit in top]
 
             return self._query(fd, answer)
 
@@ -294,7 +296,7 @@ class CatalogIndex(IndexedSource):
                 return []
 
             def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
-                rows = conn.execute("SELECT off, len FROM doc ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+                rows = conn.execute("SELECT off, len FROM pos ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
                 return [self._entry_at(fd, off, length) for off, length in rows]
 
             return self._query(fd, answer)
@@ -309,7 +311,9 @@ class CatalogIndex(IndexedSource):
                 candidates: builtins.list[tuple[int, MemoryEntry]] = []
                 if _encodable(memory_id):
                     row = conn.execute(
-                        "SELECT id, off, len FROM doc WHERE mid = ? ORDER BY id LIMIT 1", (memory_id,)
+                        "SELECT doc.id, off, len FROM doc JOIN pos ON pos.id = doc.id WHERE mid = ?"
+                        " ORDER BY doc.id LIMIT 1",
+                        (memory_id,),
                     ).fetchone()
                     if row is not None:
                         candidates.append((row[0], self._entry_at(fd, row[1], row[2])))
@@ -336,9 +340,7 @@ class CatalogIndex(IndexedSource):
         """
         return self._write(lambda conn, fd: self._apply_rewrite(conn, fd, plan, after))
 
-    def _apply_rewrite(
-        self, conn: sqlite3.Connection, fd: int, plan: RewritePlan, after: os.stat_result
-    ) -> bool:
+    def _apply_rewrite(self, conn: sqlite3.Connection, fd: int, plan: RewritePlan, after: os.stat_result) -> bool:
         st = os.fstat(fd)
         state = SourceState.load(conn, SOURCE_NAME)
         before = plan.before
@@ -349,23 +351,31 @@ class CatalogIndex(IndexedSource):
             != (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
         ):
             return False
-        starts = [start for start, _length in plan.dropped]
-        shift_before: builtins.list[int] = [0]
-        for _start, length in plan.dropped:
-            shift_before.append(shift_before[-1] + length)
-        removed: builtins.list[int] = []
-        moved: builtins.list[tuple[int, int]] = []
-        for row_id, off in conn.execute("SELECT id, off FROM doc ORDER BY id"):
-            if off in plan.removed:
-                removed.append(row_id)
-                continue
-            shift = shift_before[bisect.bisect_left(starts, off)]
-            if shift:
-                moved.append((off - shift, row_id))
+        removed = [
+            row_id
+            for (row_id,) in conn.execute(
+                "SELECT id FROM pos WHERE off IN (SELECT value FROM json_each(?))", (json.dumps(sorted(plan.removed)),)
+            )
+        ]
         if len(removed) != len(plan.removed):
             return False
         self._delete_rows(conn, removed)
-        conn.executemany("UPDATE doc SET off = ? WHERE id = ?", moved)
+        # Every kept line moves back by the bytes of the dropped lines before it: one
+        # UPDATE over the narrow pos table, with the running totals in a temp table.
+        shifts: builtins.list[tuple[int, int]] = []
+        total = 0
+        for start, length in plan.dropped:
+            total += length
+            shifts.append((start, total))
+        if shifts:
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS shift(start INTEGER PRIMARY KEY, total INTEGER NOT NULL)")
+            conn.execute("DELETE FROM temp.shift")
+            conn.executemany("INSERT INTO temp.shift(start, total) VALUES (?, ?)", shifts)
+            conn.execute(
+                "UPDATE pos SET off = off - (SELECT total FROM temp.shift WHERE start < pos.off"
+                " ORDER BY start DESC LIMIT 1) WHERE off > ?",
+                (shifts[0][0],),
+            )
         rows = state.rows - len(removed)
         SourceState.of_file(
             SOURCE_NAME,
@@ -390,7 +400,7 @@ class CatalogIndex(IndexedSource):
                     "summary": "no catalog file" if equal else "file vanished during check",
                 }
             conn = self._connection()
-            rows = conn.execute("SELECT off, len FROM doc ORDER BY id").fetchall()
+            rows = conn.execute("SELECT off, len FROM pos ORDER BY id").fetchall()
             indexed = [(off, self._entry_at(fd, off, length)) for off, length in rows]
             expected = [(item.order, item.entry) for item in scanned.entries]
             integrity = conn.execute("PRAGMA quick_check").fetchone()[0]

@@ -192,9 +192,7 @@ class IndexFile:
             with contextlib.suppress(FileNotFoundError):
                 os.replace(f"{self.path}{suffix}", f"{damaged}{suffix}")
         damaged_files = sorted(
-            p
-            for p in self.directory.glob(f"{INDEX_FILENAME}.damaged-*")
-            if not p.name.endswith(("-wal", "-shm"))
+            p for p in self.directory.glob(f"{INDEX_FILENAME}.damaged-*") if not p.name.endswith(("-wal", "-shm"))
         )
         for old in damaged_files[:-KEEP_DAMAGED]:
             for suffix in ("", "-wal", "-shm"):

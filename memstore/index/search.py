@@ -41,8 +41,6 @@ class Hit:
     score: int
     created_at: str
     row_id: int
-    off: int
-    length: int
 
     def sort_key(self) -> tuple[int, _Rev, int]:
         return (-self.score, _Rev(self.created_at), self.row_id)
@@ -147,7 +145,7 @@ class Planner:
             )
             + " + d.bonus"
         )
-        self.select = f"SELECT d.id, {self.score_sql} AS s, d.created_at, d.off, d.len"
+        self.select = f"SELECT d.id, {self.score_sql} AS s, d.created_at"
 
     # -- the three pieces ---------------------------------------------------------
 
@@ -219,9 +217,7 @@ class Planner:
     def _score_ids(self, ids: set[int], top: TopK) -> None:
         if not ids:
             return
-        sql = (
-            f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
-        )
+        sql = f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
         self._offer_rows(self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids))}), top)
 
     def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> None:
@@ -239,10 +235,10 @@ class Planner:
                 rows = cursor.fetchmany(FETCH)
                 if not rows:
                     return
-                for row_id, score, created_at, off, length in rows:
+                for row_id, score, created_at in rows:
                     walked += 1
                     if row_id not in expanded:
-                        top.offer(Hit(score, created_at, row_id, off, length))
+                        top.offer(Hit(score, created_at, row_id))
                     if not top.beats_worst((-ceiling, _Rev(created_at), row_id)):
                         return
                 if walked >= WALK_LIMIT:
@@ -261,8 +257,8 @@ class Planner:
 
     @staticmethod
     def _offer_rows(cursor: sqlite3.Cursor, top: TopK) -> None:
-        for row_id, score, created_at, off, length in cursor:
-            top.offer(Hit(score, created_at, row_id, off, length))
+        for row_id, score, created_at in cursor:
+            top.offer(Hit(score, created_at, row_id))
 
 
 def search_rows(conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int) -> list[Hit]:

@@ -40,11 +40,15 @@ def upgrade() -> None:
         sa.Column("t", sa.Text, nullable=False),
         sa.Column("created_at", sa.Text),
         sa.Column("bonus", sa.Integer, nullable=False),
-        sa.Column("off", sa.Integer, nullable=False),
-        sa.Column("len", sa.Integer, nullable=False),
         sa.Column("odd", sa.Integer, nullable=False, server_default=sa.text("0")),
     )
     op.create_index("doc_mid", "doc", ["mid"])
+    op.create_table(
+        "pos",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("off", sa.Integer, nullable=False),
+        sa.Column("len", sa.Integer, nullable=False),
+    )
     op.create_table(
         "tagvocab",
         sa.Column("tid", sa.Integer, primary_key=True),
@@ -78,6 +82,7 @@ def upgrade() -> None:
     )
     op.execute("CREATE INDEX doc_walk ON doc(bonus, created_at DESC, id)")
     op.execute("CREATE INDEX doc_odd ON doc(odd) WHERE odd = 1")
+    op.execute("CREATE INDEX card_odd ON card(odd) WHERE odd = 1")
     op.execute(
         "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, content='doc', content_rowid='id', "
         "tokenize='trigram case_sensitive 1', detail=full)"
@@ -86,5 +91,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DROP TABLE IF EXISTS doc_fts")
-    for table in ("card_kw", "card", "entry_tag", "tagvocab", "doc", "source"):
+    for table in ("card_kw", "card", "entry_tag", "tagvocab", "pos", "doc", "source"):
         op.drop_table(table)
