@@ -381,11 +381,6 @@ def test_oversized_line_spanning_chunks_is_skipped(tmp_path: Path, monkeypatch: 
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="files.iter_raw_lines only checks MAX_LINE_BYTES on lines that span a READ_CHUNK "
-    "boundary: a longer line that ends inside one chunk is returned whole (reported to the lead)",
-)
 def test_oversized_line_within_one_chunk_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(files, "MAX_LINE_BYTES", 16)
     path = tmp_path / "f"
