@@ -215,11 +215,16 @@ def test_paths_and_personal_modes(tmp_path: Path, home: Path) -> None:
     assert hierarchy.auto_memory_path == tmp_path / ".claude" / "MEMORY.md"
     entry = hierarchy.personal.add("personal preference")
     assert hierarchy.personal.show(entry.memory_id) == entry
+    hierarchy.personal.search("preference")  # the index (when used) lives here too
     directory = home / ".config" / "teaagent"
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
-    for path in directory.iterdir():
-        if path.is_file():
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path.name
+    assert stat.S_IMODE(hierarchy.personal.path.stat().st_mode) == 0o600
+    for path in [directory, *directory.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if path.is_dir():
+            assert mode == 0o700, path
+        elif path.name != ".gitignore":
+            assert mode == 0o600, path
     assert not hierarchy.project.path.exists()  # personal writes never touch the project
 
 
