@@ -217,8 +217,11 @@ class Planner:
     def _score_ids(self, ids: set[int], top: TopK) -> None:
         if not ids:
             return
-        sql = f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
-        self._offer_rows(self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids))}), top)
+        sql = (
+            f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
+            " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
+        )
+        self._offer_rows(self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k}), top)
 
     def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> None:
         """Walk one bonus class newest first; stop once no later row can enter the top k."""
