@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,6 +49,8 @@ STORE_DIRNAME = ".teaagent"
 CATALOG_FILENAME = "memory.jsonl"
 QUARANTINE_FILENAME = "memory-quarantine.jsonl"
 LOCK_FILENAME = "memory.lock"
+INDEX_RETRY_SECONDS = 30.0
+"""After the index fails, reads scan for this long before trying the index again."""
 
 
 class MemoryCatalog:
@@ -95,6 +98,7 @@ class MemoryCatalog:
         self._use_index = use_index
         self._index: CatalogIndex | None = None
         self._index_error: str | None = None
+        self._index_failed_at = 0.0
         if not readonly:
             ensure_dir(directory, private=private)
 
@@ -288,8 +292,12 @@ class MemoryCatalog:
 
     def _get_index(self) -> CatalogIndex | None:
         """The derived index for this catalog, or None when it cannot be used."""
-        if not self._use_index or self._index_error is not None:
+        if not self._use_index:
             return None
+        if self._index_error is not None:
+            if time.monotonic() - self._index_failed_at < INDEX_RETRY_SECONDS:
+                return None
+            self._index_error = None  # try again: a damaged or missing index heals itself
         if self._index is None:
             self._index = CatalogIndex(self.path, readonly=self.readonly, private=self.private)
         return self._index
@@ -300,6 +308,7 @@ class MemoryCatalog:
             return
         log.warning("memstore index unavailable for %s, answering from a scan: %s", self.path, exc)
         self._index_error = str(exc)
+        self._index_failed_at = time.monotonic()
 
     def _from_index(self, query: Callable[[CatalogIndex], T]) -> T | None:
         index = self._get_index()

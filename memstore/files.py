@@ -26,6 +26,9 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 """Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
 
 READ_CHUNK = 1024 * 1024
+RACY_WINDOW_NS = 100_000_000
+"""A file modified this close to when its state was recorded is re-verified (as git does):
+filesystem timestamps are coarse, so a same-size change within one tick keeps the mtime."""
 DEFAULT_FILE_MODE = 0o644
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700

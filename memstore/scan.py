@@ -7,11 +7,12 @@ exact and reasonably quick (a cache keyed on the file's identity and size).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memstore.files import iter_raw_lines, open_for_read
+from memstore.files import RACY_WINDOW_NS, iter_raw_lines, open_for_read
 from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry, memory_relevance_score, rank_matches
 
@@ -53,11 +54,17 @@ def scan_fd(fd: int) -> ScanResult:
 
 
 class ScanCache:
-    """Caches the last scan of one file, keyed on (dev, inode, size, mtime_ns)."""
+    """Caches the last scan of one file, keyed on (dev, inode, size, mtime_ns).
+
+    A file modified within RACY_WINDOW_NS of the moment it was scanned is scanned
+    again (as git does): filesystem timestamps are coarse, and a rewrite can reuse
+    a freed inode with the same size within one timestamp tick.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._key: tuple[int, int, int, int] | None = None
+        self._scanned_ns = 0
         self._result = EMPTY_SCAN
 
     def read(self) -> ScanResult:
@@ -67,9 +74,11 @@ class ScanCache:
         try:
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            if key != self._key:
+            if key != self._key or st.st_mtime_ns >= self._scanned_ns - RACY_WINDOW_NS:
+                scanned_ns = time.time_ns()
                 self._result = scan_fd(fd)
                 self._key = key
+                self._scanned_ns = scanned_ns
             return self._result
         finally:
             os.close(fd)

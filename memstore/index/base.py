@@ -123,7 +123,7 @@ class IndexedSource:
                 force = True
             except sqlite3.Error as exc:
                 self._on_sqlite_error(exc)
-        raise IndexUnavailableError(f"{self.source_path} kept changing while it was being indexed")
+        raise IndexBusyError(f"{self.source_path} kept changing while it was being indexed")
 
     # ------------------------------------------------------------------ writes
 

@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
+from memstore.files import RACY_WINDOW_NS
+
 FINGERPRINT_BYTES = 4096
-RACY_WINDOW_NS = 100_000_000
-"""A file modified this close to when its state was recorded is re-verified (as git does)."""
 
 
 def fingerprint(fd: int, start: int, length: int) -> bytes:
