@@ -231,6 +231,16 @@ def _catalog(env: Env, *, for_reading: bool = False) -> Any:
         raise
 
 
+def _outcome(env: Env, payload: Mapping[str, Any], done: bool, done_message: str, refused_message: str) -> None:
+    """Report a yes/no action: JSON or a line when done; exit 1 (Refused) when not."""
+    if env.as_json:
+        _emit_json(payload)
+    elif done:
+        click.echo(done_message)
+    if not done:
+        raise Refused(refused_message)
+
+
 def _failure_cards(env: Env) -> Any:
     from memstore.failure_cards import FailureCardStorage
 
@@ -263,9 +273,7 @@ def cli(root: Path | None, as_json: bool) -> None:
 @click.option("--branch", default=None, help="Scope the entry to this git branch.")
 @click.option("--run-id", default=None, help="Scope the entry to this run id.")
 @click.option("--quarantine", is_flag=True, help="Append to the quarantine file (needs --provenance).")
-@click.option(
-    "--provenance", default=None, metavar="JSON", help="Provenance of the quarantined entry (a JSON object)."
-)
+@click.option("--provenance", default=None, metavar="JSON", help="Provenance of the quarantined entry (a JSON object).")
 @with_env
 def add_command(
     env: Env,
@@ -465,9 +473,7 @@ def failures_show_command(env: Env, card_id: str) -> None:
 @click.option("--error-type", default=None, help="Also prefer cards with this error type.")
 @_limit_option(3, "cards")
 @with_env
-def failures_match_command(
-    env: Env, files: tuple[str, ...], task: str, error_type: str | None, limit: int
-) -> None:
+def failures_match_command(env: Env, files: tuple[str, ...], task: str, error_type: str | None, limit: int) -> None:
     """Find the active cards most relevant to a task.
 
     Scored by file path, error type and task keywords; best first.
@@ -489,12 +495,13 @@ def failures_invalidate_command(env: Env, card_id: str, reason: str) -> None:
     Exit 1 when no card has this ID.
     """
     found = _failure_cards(env).invalidate(card_id, reason=reason)
-    if env.as_json:
-        _emit_json({"id": card_id, "invalidated": found})
-    elif found:
-        click.echo(f"invalidated {card_id}")
-    if not found:
-        raise Refused(f"failure card not found: {card_id.strip()}")
+    _outcome(
+        env,
+        {"id": card_id, "invalidated": found},
+        found,
+        f"invalidated {card_id}",
+        f"failure card not found: {card_id.strip()}",
+    )
 
 
 @failures_group.command("prune")
@@ -542,12 +549,9 @@ def pin_command(env: Env, path: str) -> None:
     PATH is relative to the root. Exit 1 when refused (secret, outside the root, missing, already pinned).
     """
     pinned = _pins(env).add(path)
-    if env.as_json:
-        _emit_json({"path": path, "pinned": pinned})
-    elif pinned:
-        click.echo(f"pinned {path}")
-    if not pinned:
-        raise Refused(f"not pinned: {path} (see the warning above)")
+    _outcome(
+        env, {"path": path, "pinned": pinned}, pinned, f"pinned {path}", f"not pinned: {path} (see the warning above)"
+    )
 
 
 @cli.command("unpin")
@@ -559,12 +563,7 @@ def unpin_command(env: Env, path: str) -> None:
     Exit 1 when PATH was not pinned.
     """
     removed = _pins(env).remove(path)
-    if env.as_json:
-        _emit_json({"path": path, "unpinned": removed})
-    elif removed:
-        click.echo(f"unpinned {path}")
-    if not removed:
-        raise Refused(f"not pinned: {path}")
+    _outcome(env, {"path": path, "unpinned": removed}, removed, f"unpinned {path}", f"not pinned: {path}")
 
 
 @cli.command("pinned")

@@ -206,11 +206,11 @@ def rank_matches(scored: Iterable[tuple[int, str, int, MemoryEntry]], limit: int
 
     Score and created_at descending, then file order ascending (a stable sort).
     """
-    ordered = sorted(scored, key=lambda item: (-item[0], _Desc(item[1]), item[2]))
+    ordered = sorted(scored, key=lambda item: (-item[0], Descending(item[1]), item[2]))
     return [item[3] for item in ordered[:limit]]
 
 
-class _Desc:
+class Descending:
     """Sort key wrapper that reverses string order (for created_at descending)."""
 
     __slots__ = ("value",)
@@ -218,8 +218,14 @@ class _Desc:
     def __init__(self, value: str) -> None:
         self.value = value
 
-    def __lt__(self, other: _Desc) -> bool:
+    def __lt__(self, other: Descending) -> bool:
         return self.value > other.value
 
+    def __gt__(self, other: Descending) -> bool:
+        return self.value < other.value
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Desc) and self.value == other.value
+        return isinstance(other, Descending) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)

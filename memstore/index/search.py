@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memstore.models import AUTO_CURATED_BONUS, CONTENT_POINTS, RUN_SUMMARY_BONUS, TAG_POINTS
+from memstore.models import AUTO_CURATED_BONUS, CONTENT_POINTS, RUN_SUMMARY_BONUS, TAG_POINTS, Descending
 
 BONUS_CLASSES = (AUTO_CURATED_BONUS + RUN_SUMMARY_BONUS, AUTO_CURATED_BONUS, RUN_SUMMARY_BONUS, 0)
 MIN_CAP = 2000
@@ -42,30 +42,8 @@ class Hit:
     created_at: str
     row_id: int
 
-    def sort_key(self) -> tuple[int, _Rev, int]:
-        return (-self.score, _Rev(self.created_at), self.row_id)
-
-
-class _Rev:
-    __slots__ = ("value",)
-
-    def __init__(self, value: str) -> None:
-        self.value = value
-
-    def __lt__(self, other: _Rev) -> bool:
-        return self.value > other.value
-
-    def __gt__(self, other: _Rev) -> bool:
-        return self.value < other.value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Rev) and self.value == other.value
-
-    def __le__(self, other: _Rev) -> bool:
-        return self.value >= other.value
-
-    def __ge__(self, other: _Rev) -> bool:
-        return self.value <= other.value
+    def sort_key(self) -> tuple[int, Descending, int]:
+        return (-self.score, Descending(self.created_at), self.row_id)
 
 
 def sql_safe(token: str) -> bool:
@@ -117,7 +95,7 @@ class TopK:
         self._trim()
         return self.hits[-1]
 
-    def beats_worst(self, key: tuple[int, _Rev, int]) -> bool:
+    def beats_worst(self, key: tuple[int, Descending, int]) -> bool:
         """Could a hit with this key (or any later one) still enter the top k?"""
         if len(self.hits) < self.k:
             return True
@@ -242,7 +220,7 @@ class Planner:
                     walked += 1
                     if row_id not in expanded:
                         top.offer(Hit(score, created_at, row_id))
-                    if not top.beats_worst((-ceiling, _Rev(created_at), row_id)):
+                    if not top.beats_worst((-ceiling, Descending(created_at), row_id)):
                         return
                 if walked >= WALK_LIMIT:
                     break
