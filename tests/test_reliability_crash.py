@@ -32,6 +32,8 @@ from memstore.catalog import MemoryCatalog
 from memstore.models import memory_entry_from_payload
 
 SPAWN = multiprocessing.get_context("spawn")
+REWRITE_RATE = 0.05 if not workers.FULL else 0.005
+"""Share of operations that rewrite the file (full size: a 100+ MB file, so fewer)."""
 
 
 def _line_report(path: Path) -> tuple[list[dict[str, Any]], int, bool]:
@@ -90,7 +92,7 @@ def test_sigkilled_writers_lose_no_acknowledged_entry(tmp_path: Path) -> None:
         remaining = ops - done_ops(worker)
         process = SPAWN.Process(
             target=workers.crash_worker,
-            args=(str(root), worker, str(reports[worker]), worker * 1000 + generation, remaining, 0.05),
+            args=(str(root), worker, str(reports[worker]), worker * 1000 + generation, remaining, REWRITE_RATE),
         )
         process.start()
         return process

@@ -188,7 +188,10 @@ def _diverge(root: Path, damage: str) -> None:
     if damage == "row_deleted":
         conn.execute("DELETE FROM doc WHERE id = (SELECT max(id) FROM doc)")
     elif damage == "offset_shifted":
-        conn.execute("UPDATE doc SET off = off + 1 WHERE id = 5")
+        # Whichever table holds the byte offsets (the schema keeps them in doc or beside it).
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        holder = next(t for t in tables if "off" in {c[1] for c in conn.execute(f"PRAGMA table_info({t})")})
+        conn.execute(f"UPDATE {holder} SET off = off + 1 WHERE id = 5")
     else:
         conn.execute("UPDATE doc SET c = 'nothing like it' WHERE id = 5")
     conn.commit()
