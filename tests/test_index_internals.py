@@ -1,0 +1,148 @@
+"""The index's own promises: query plans, schema migrations, the light per-query path, fallbacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from memstore.catalog import MemoryCatalog
+from memstore.index.db import INDEX_DIRNAME, INDEX_FILENAME, SCHEMA_VERSION, IndexFile
+from memstore.index.search import Planner
+
+
+def index_path(root: Path) -> Path:
+    return root / ".teaagent" / INDEX_DIRNAME / INDEX_FILENAME
+
+
+def filled(root: Path, count: int = 50) -> MemoryCatalog:
+    catalog = MemoryCatalog(root)
+    for i in range(count):
+        catalog.add(f"the entry number {i} about caching", tags=["auto-curated"] if i % 5 == 0 else ["misc"])
+    assert catalog.search("entry")  # builds the index
+    return catalog
+
+
+def test_walk_reads_the_index_in_order_without_sorting(tmp_path: Path) -> None:
+    """The top-k walk stops early only because SQLite streams rows in index order."""
+    filled(tmp_path)
+    conn = sqlite3.connect(index_path(tmp_path))
+    planner = Planner(conn, ["the"], 10, 50)
+    sql = (
+        f"{planner.select} FROM doc d INDEXED BY doc_walk WHERE d.bonus = :b AND {planner.match_sql}"
+        " ORDER BY d.created_at DESC, d.id"
+    )
+    plan = " | ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", {**planner.params, "b": 0}))
+    assert "doc_walk" in plan
+    assert "TEMP B-TREE" not in plan.upper(), plan
+
+
+def test_migrated_schema_matches_the_declared_schema(tmp_path: Path) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from sqlalchemy import create_engine
+
+    from memstore.index.schema import RAW_OBJECTS, metadata
+
+    filled(tmp_path, 3)
+    engine = create_engine(f"sqlite:///{index_path(tmp_path)}")
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection)
+        differences = [
+            diff for diff in compare_metadata(context, metadata)
+            if not any(name in repr(diff) for name in RAW_OBJECTS) and "doc_fts" not in repr(diff)
+        ]
+        names = {row[0] for row in connection.exec_driver_sql("SELECT name FROM sqlite_master")}
+    engine.dispose()
+    assert differences == []
+    assert set(RAW_OBJECTS) <= names
+    assert sqlite3.connect(index_path(tmp_path)).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_old_schema_version_is_migrated_or_rebuilt(tmp_path: Path) -> None:
+    catalog = filled(tmp_path, 5)
+    expected = catalog.search("entry", limit=50)
+    with sqlite3.connect(index_path(tmp_path)) as conn:
+        conn.execute("PRAGMA user_version = 0")
+        conn.execute("DROP TABLE doc_fts")
+    fresh = MemoryCatalog(tmp_path)
+    assert fresh.search("entry", limit=50) == expected
+    assert fresh.health_report()["index"]["state"] == "fresh"
+    assert sqlite3.connect(index_path(tmp_path)).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert list(index_path(tmp_path).parent.glob(f"{INDEX_FILENAME}.damaged-*")), "damaged file kept aside"
+
+
+def test_newer_schema_version_is_set_aside_and_rebuilt(tmp_path: Path) -> None:
+    catalog = filled(tmp_path, 5)
+    expected = catalog.list(limit=10)
+    with sqlite3.connect(index_path(tmp_path)) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    assert MemoryCatalog(tmp_path).list(limit=10) == expected
+    assert sqlite3.connect(index_path(tmp_path)).execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_warm_query_path_does_not_import_sqlalchemy(tmp_path: Path) -> None:
+    filled(tmp_path, 5)
+    code = (
+        "import sys, json\n"
+        "from memstore.catalog import MemoryCatalog\n"
+        f"hits = MemoryCatalog({str(tmp_path)!r}).search('entry')\n"
+        "heavy = [m for m in ('sqlalchemy', 'alembic', 'watchdog', 'click') if m in sys.modules]\n"
+        "print(json.dumps({'hits': len(hits), 'heavy': heavy}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == {"hits": 5, "heavy": []}
+
+
+def test_index_folder_ignores_itself_for_git(tmp_path: Path) -> None:
+    filled(tmp_path, 1)
+    assert (index_path(tmp_path).parent / ".gitignore").read_text().splitlines()[-1] == "*"
+
+
+def test_readonly_catalog_without_index_scans_and_creates_nothing(tmp_path: Path) -> None:
+    writer = MemoryCatalog(tmp_path, use_index=False)
+    writer.add("hello readonly world")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    reader = MemoryCatalog(tmp_path, readonly=True)
+    assert [e.content for e in reader.search("readonly")] == ["hello readonly world"]
+    assert [e.content for e in reader.list()] == ["hello readonly world"]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    with pytest.raises(RuntimeError, match="readonly"):
+        reader.add("x")
+
+
+def test_readonly_catalog_uses_an_existing_index(tmp_path: Path) -> None:
+    filled(tmp_path, 5)
+    with open(tmp_path / ".teaagent" / "memory.jsonl", "ab") as handle:
+        handle.write(json.dumps({"memory_id": "ext", "content": "external entry", "created_at": "2027",
+                                 "tags": []}, sort_keys=True).encode() + b"\n")
+    reader = MemoryCatalog(tmp_path, readonly=True)
+    assert [e.memory_id for e in reader.search("external")] == ["ext"]
+    assert reader.health_report()["index"]["state"] == "fresh"
+
+
+def test_unusable_index_falls_back_to_an_identical_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = filled(tmp_path, 20)
+    expected = MemoryCatalog(tmp_path, use_index=False).search("entry caching", limit=5)
+
+    def broken(self: IndexFile, **_: object) -> sqlite3.Connection:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(IndexFile, "connect", broken)
+    fresh = MemoryCatalog(tmp_path)
+    assert fresh.search("entry caching", limit=5) == expected
+    assert catalog.search("entry caching", limit=5) == expected
+
+
+def test_personal_tier_has_its_own_index(tmp_path: Path) -> None:
+    personal = MemoryCatalog.in_directory(tmp_path / "home" / ".config" / "teaagent", private=True)
+    personal.add("a personal habit")
+    assert personal.search("habit")
+    db = tmp_path / "home" / ".config" / "teaagent" / INDEX_DIRNAME / INDEX_FILENAME
+    assert db.exists()
+    assert os.stat(db).st_mode & 0o077 == 0
