@@ -31,13 +31,15 @@ STAMPS = ["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00", "2025-12-31T
 IDS = ["id1", "id2", "id3", "ÿ", "\ud800x"]
 
 text = st.lists(st.sampled_from(ALPHABET), min_size=1, max_size=8).map("".join)
+# Very long lines (hundreds of KiB) next to short ones.
+long_text = st.tuples(text, st.integers(min_value=5_000, max_value=30_000)).map(lambda pair: pair[0] * pair[1])
 
 
 @st.composite
 def entry_lines(draw: st.DrawFn) -> bytes:
     payload = {
         "memory_id": draw(st.sampled_from(IDS)),
-        "content": draw(text),
+        "content": draw(st.one_of(text, text, text, text, text, text, text, long_text)),
         "tags": draw(st.lists(st.sampled_from(TAGS), max_size=3)),
         "created_at": draw(st.sampled_from(STAMPS)),
         "branch_name": draw(st.sampled_from([None, "b1", "b2", "bé", "\ud800"])),
