@@ -62,6 +62,9 @@ SUMMARY_ROWS: tuple[tuple[str, str, str, str], ...] = (
 
 def git_revision() -> tuple[str | None, bool | None]:
     """The commit the run measured, and whether tracked files differed from it."""
+    exported = os.environ.get("MEMSTORE_BENCH_GIT_SHA")
+    if exported:  # running inside a clean export of that commit (--snapshot)
+        return exported, False
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
@@ -90,6 +93,8 @@ def markdown(report: Mapping[str, Any]) -> str:
     """The run as Markdown: a summary table, the per-query table, then notes."""
     metrics: Mapping[str, Any] = report["metrics"]
     dirty = " (uncommitted changes)" if report.get("git_dirty") else ""
+    if report.get("snapshot"):
+        dirty = " (clean export)"
     lines = [
         f"### memstore benchmark: {report['size_label']} entries ({report['entries']:,} lines, "
         f"{report['jsonl_bytes'] / 1e6:.1f} MB JSONL)",

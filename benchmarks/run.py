@@ -57,6 +57,7 @@ from benchmarks.measure import (
 )
 from benchmarks.queries import ABSENT_TOKEN, FIRST_QUERY_PROBES, SEARCH_MIX, CardQuery, Query, card_mix
 from benchmarks.report import RESULTS_DIR, git_revision, markdown, write_outputs
+from benchmarks.snapshot import COMMAND_ENV, SHA_ENV, run_in_snapshot
 from benchmarks.vocab import vocabulary
 
 LIMIT = 10
@@ -209,6 +210,7 @@ class Bench:
         self.results = [QueryResult(query) for query in SEARCH_MIX]
         self.card_results: list[dict[str, Any]] = []
         self.phase_seconds: dict[str, float] = {}
+        self.errors: list[str] = []
         self.work_root = options.data_dir / "work" / f"{size_label(options.size)}-{os.getpid()}"
         self.catalog: Any = None
 
@@ -572,27 +574,46 @@ class Bench:
 
     # ------------------------------------------------------------------ the run
 
+    def _run_group(self, steps: Sequence[Callable[[], None]]) -> None:
+        for step in steps:
+            started = time.perf_counter()
+            try:
+                step()
+            except Exception as exc:
+                message = f"{step.__name__} failed: {type(exc).__name__}: {exc}"
+                self.log(f"ERROR {message}")
+                self.errors.append(message)
+                skipped = [later.__name__ for later in steps[steps.index(step) + 1 :]]
+                if skipped:
+                    self.notes.append(f"skipped after {step.__name__} failed: {', '.join(skipped)}")
+                return
+            finally:
+                self.phase_seconds[step.__name__] = round(time.perf_counter() - started, 3)
+
     def run(self) -> dict[str, Any]:
         opts = self.options
         started = time.perf_counter()
         self.prepare()
         try:
-            steps: list[Callable[[], None]] = [self.baselines]
+            # Each group stops at its first failing step (later steps need what it sets up);
+            # the failure is recorded and makes the run exit 1, but the other groups still run.
+            groups: list[list[Callable[[], None]]] = [[self.baselines]]
             if module_exists("memstore.catalog"):
+                catalog_steps: list[Callable[[], None]] = []
                 if index_available():
-                    steps += [self.build, self.first_queries]
+                    catalog_steps += [self.build, self.first_queries]
                 else:
                     self.notes.append(
                         "memstore.index.catalog_index missing: the catalog answered from its scan; "
                         "build, index size and fresh-process figures were skipped"
                     )
-                steps += [self.warm_search, self.nochange, self.catchup, self.adds, self.rewrite]
+                catalog_steps += [self.warm_search, self.nochange, self.catchup, self.adds, self.rewrite]
+                groups.append(catalog_steps)
             else:
                 self.notes.append("memstore.catalog missing: only the baselines were measured")
-            steps += [self.cards, self.startup]
-            for step in steps:
-                seconds, _ = timed(step)
-                self.phase_seconds[step.__name__] = round(seconds, 3)
+            groups += [[self.cards], [self.startup]]
+            for group in groups:
+                self._run_group(group)
         finally:
             self.cleanup()
         self.summarize()
@@ -607,6 +628,7 @@ class Bench:
             "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
             "git_sha": sha,
             "git_dirty": dirty,
+            "snapshot": bool(os.environ.get(SHA_ENV)),
             "command": opts.command or f"python -m benchmarks.run --size {size_label(opts.size)}",
             "machine": {
                 "cpus": os.cpu_count(),
@@ -618,6 +640,7 @@ class Bench:
             "gate_mode": opts.gate,
             "exact": not self.mismatches,
             "mismatches": self.mismatches,
+            "errors": self.errors,
             "metrics": self.metrics,
             "queries": [result.as_dict() for result in self.results],
             "cards": self.card_results,
@@ -658,7 +681,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     parser.add_argument("--no-write", action="store_true", help="print only; write no result files")
     parser.add_argument("--keep-work", action="store_true", help="keep the working copy under data/work/")
+    parser.add_argument(
+        "--snapshot", action="store_true", help="measure a clean export of HEAD, not the working tree"
+    )
     args = parser.parse_args(argv)
+    raw_argv = list(argv if argv is not None else sys.argv[1:])
+    if args.snapshot:
+        forwarded = [arg for arg in raw_argv if arg != "--snapshot"]
+        return run_in_snapshot(forwarded, data_dir=args.data_dir, results_dir=args.results_dir)
     size = parse_size(args.size)
     if args.cards is not None:
         card_sizes = tuple(parse_size(part) for part in args.cards.split(",") if part.strip())
@@ -678,11 +708,14 @@ def main(argv: list[str] | None = None) -> int:
         process_runs=max(1, args.process_runs),
         write_results=not args.no_write,
         keep_work=args.keep_work,
-        command="python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:]),
+        command=os.environ.get(COMMAND_ENV) or "python -m benchmarks.run " + " ".join(raw_argv),
     )
     report = run_benchmarks(options)
     print(markdown(report))
     status = 0
+    for line in report["errors"]:
+        print(f"BENCHMARK ERROR: {line}", file=sys.stderr)
+        status = 1
     if report["mismatches"]:
         for line in report["mismatches"]:
             print(f"EXACTNESS FAILURE: {line}", file=sys.stderr)

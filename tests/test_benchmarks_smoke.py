@@ -7,6 +7,7 @@ import itertools
 import json
 import random
 import re
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -324,7 +325,7 @@ def test_harness_runs_end_to_end_and_results_are_exact(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not index_available(), reason="memstore's index has not landed")
-def test_a_wrong_answer_fails_the_run_loudly(
+def test_wrong_answers_and_crashing_steps_fail_the_run_loudly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import benchmarks.run as harness
@@ -332,28 +333,38 @@ def test_a_wrong_answer_fails_the_run_loudly(
     def reversed_search(path: Path, query: str, *, limit: int = 10) -> list[object]:
         return list(reversed(naive_search(path, query, limit=limit)))
 
+    def rewrite(self: object) -> None:  # stands in for a library crash in the rewrite step
+        raise RuntimeError("simulated library crash")
+
     monkeypatch.setattr(harness, "naive_search", reversed_search)
+    monkeypatch.setattr(harness.Bench, "rewrite", rewrite)
+    results = tmp_path / "results"
     status = main(
         [
-            "--size",
-            "300",
-            "--seed",
-            "5",
-            "--queries",
-            "1",
-            "--cards",
-            "100",
-            "--catchup",
-            "1",
-            "--adds",
-            "3",
-            "--process-runs",
-            "1",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--results-dir",
-            str(tmp_path / "results"),
+            "--size", "300", "--seed", "5", "--queries", "1", "--cards", "100", "--catchup", "1",
+            "--adds", "3", "--process-runs", "1", "--data-dir", str(tmp_path / "data"),
+            "--results-dir", str(results),
         ]
-    )
+    )  # fmt: skip
     assert status == 1
-    assert "EXACTNESS FAILURE" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "EXACTNESS FAILURE" in err
+    assert "BENCHMARK ERROR: rewrite failed: RuntimeError: simulated library crash" in err
+    report = json.loads((results / "300.json").read_text())
+    assert not report["exact"] and report["errors"]
+    assert "import_memstore_ms" in report["metrics"]  # later groups still ran
+    assert "find_matching_100_p50_ms" in report["metrics"]
+
+
+def test_snapshot_exports_the_committed_tree(tmp_path: Path) -> None:
+    from benchmarks.snapshot import export_commit
+
+    try:
+        sha, root = export_commit(tmp_path)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not inside a git checkout")
+    assert re.fullmatch(r"[0-9a-f]{40}", sha)
+    assert (root / "memstore" / "__init__.py").is_file()
+    assert (root / "benchmarks" / "run.py").is_file()
+    assert (root / ".complete").read_text().strip() == sha
+    assert export_commit(tmp_path) == (sha, root)  # reused, not exported again
