@@ -97,9 +97,18 @@ class CatalogIndex(IndexedSource):
             return
         try:
             conn.execute("INSERT INTO doc_fts(doc_fts, rank) VALUES ('hashsize', ?)", (BULK_HASHSIZE,))
+            # Secondary indexes are built once, sorted, after the rows are in: much cheaper
+            # than keeping them in order row by row.  Their DDL is read back from the schema.
+            indexes = conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'doc' AND sql IS NOT NULL"
+            ).fetchall()
             conn.execute("BEGIN")
+            for name, _sql in indexes:
+                conn.execute(f'DROP INDEX "{name}"')
             self._tag_ids = {}
             self._ingest(conn, fd, os.fstat(fd), rebuild=True, state=None)
+            for _name, sql in indexes:
+                conn.execute(sql)
             conn.execute("COMMIT")
         finally:
             self._tag_ids = {}
