@@ -229,6 +229,10 @@ class MemoryCatalog:
             needle: bytes | None = hint.encode("utf-8")
         except UnicodeEncodeError:
             needle = None  # only a line with escapes can hold a lone surrogate
+        # Catch the index up before taking the writer lock: indexing what others appended
+        # can take long on a big file, and every add would wait behind it.  Under the lock
+        # only what was appended in between is left to index.
+        self._index_for_rewrite()
         with self._lock():
             remove_stale_temps(self.path)
             cut_torn_tail(self.path, is_whole=_is_whole_line)
