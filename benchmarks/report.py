@@ -83,7 +83,8 @@ def git_revision() -> tuple[str | None, bool | None]:
     return sha, dirty
 
 
-def _fmt(value: object, fmt: str) -> str:
+def fmt_value(value: object, fmt: str) -> str:
+    """A metric for a table cell: formatted when numeric, '–' when missing."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "–" if value is None else str(value)
     return fmt.format(value)
@@ -108,7 +109,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     ]
     for key, label, fmt, target in SUMMARY_ROWS:
         if key in metrics:
-            lines.append(f"| {label} | {_fmt(metrics[key], fmt)} | {target} |")
+            lines.append(f"| {label} | {fmt_value(metrics[key], fmt)} | {target} |")
     queries: Sequence[Mapping[str, Any]] = report.get("queries", [])
     if queries:
         lines += [
@@ -124,10 +125,11 @@ def markdown(report: Mapping[str, Any]) -> str:
             query_text = q["query"].replace("|", "\\|")
             exact = {True: "✓", False: "✗", None: "–"}[q.get("exact")]
             lines.append(
-                f"| {q['category']} | `{query_text}` | {_fmt(q.get('hits'), '{:,}')} "
-                f"| {_fmt(q.get('indexed_ms'), '{:.3f}')} | {_fmt(q.get('scan_memory_ms'), '{:.1f}')} "
-                f"| {_fmt(q.get('scan_naive_ms'), '{:.1f}')} | {_fmt(q.get('grep_ms'), '{:.1f}')} "
-                f"| {_fmt(ratio, '{:.0f}x')} | {exact} |"
+                f"| {q['category']} | `{query_text}` | {fmt_value(q.get('hits'), '{:,}')} "
+                f"| {fmt_value(q.get('indexed_ms'), '{:.3f}')} "
+                f"| {fmt_value(q.get('scan_memory_ms'), '{:.1f}')} "
+                f"| {fmt_value(q.get('scan_naive_ms'), '{:.1f}')} | {fmt_value(q.get('grep_ms'), '{:.1f}')} "
+                f"| {fmt_value(ratio, '{:.0f}x')} | {exact} |"
             )
     if report.get("gate"):
         lines += ["", "CI gate:", ""]

@@ -662,6 +662,23 @@ def run_benchmarks(options: Options) -> dict[str, Any]:
     return report
 
 
+def _without_option(argv: Sequence[str], option: str, value: str) -> list[str]:
+    """``argv`` minus ``option`` (bare, ``option=value`` or ``option value``)."""
+    out: list[str] = []
+    skip = False
+    for index, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == f"{option}={value}":
+            continue
+        if arg == option:
+            skip = index + 1 < len(argv) and argv[index + 1] == value
+            continue
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="100k", help="catalog entries: 10k, 20k, 100k, 1m or an integer")
@@ -682,13 +699,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; write no result files")
     parser.add_argument("--keep-work", action="store_true", help="keep the working copy under data/work/")
     parser.add_argument(
-        "--snapshot", action="store_true", help="measure a clean export of HEAD, not the working tree"
+        "--snapshot",
+        nargs="?",
+        const="HEAD",
+        metavar="REV",
+        help="measure a clean export of a commit (default HEAD), not the working tree",
     )
     args = parser.parse_args(argv)
     raw_argv = list(argv if argv is not None else sys.argv[1:])
-    if args.snapshot:
-        forwarded = [arg for arg in raw_argv if arg != "--snapshot"]
-        return run_in_snapshot(forwarded, data_dir=args.data_dir, results_dir=args.results_dir)
+    if args.snapshot is not None:
+        forwarded = _without_option(raw_argv, "--snapshot", args.snapshot)
+        return run_in_snapshot(
+            forwarded, revision=args.snapshot, data_dir=args.data_dir, results_dir=args.results_dir
+        )
     size = parse_size(args.size)
     if args.cards is not None:
         card_sizes = tuple(parse_size(part) for part in args.cards.split(",") if part.strip())

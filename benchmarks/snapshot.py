@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,12 +25,17 @@ SHA_ENV = "MEMSTORE_BENCH_GIT_SHA"
 COMMAND_ENV = "MEMSTORE_BENCH_COMMAND"
 
 
-def export_commit(data_dir: Path, revision: str = "HEAD") -> tuple[str, Path]:
-    """The commit's files under ``data_dir/snapshots/<sha>`` (exported once, then reused)."""
+def default_snapshot_dir() -> Path:
+    """Outside the repository, so no tool run over the tree (mypy, pytest) ever sees the copy."""
+    return Path(tempfile.gettempdir()) / "memstore-bench-snapshots"
+
+
+def export_commit(snapshot_dir: Path, revision: str = "HEAD") -> tuple[str, Path]:
+    """The commit's files under ``snapshot_dir/<sha>`` (exported once, then reused)."""
     sha = subprocess.run(
         ["git", "rev-parse", revision], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     ).stdout.strip()
-    target = data_dir / "snapshots" / sha[:12]
+    target = snapshot_dir / sha[:12]
     if (target / ".complete").exists():
         return sha, target
     archive = subprocess.run(
@@ -46,13 +52,13 @@ def export_commit(data_dir: Path, revision: str = "HEAD") -> tuple[str, Path]:
     return sha, target
 
 
-def run_in_snapshot(argv: Sequence[str], *, data_dir: Path, results_dir: Path) -> int:
-    """Re-run ``python -m benchmarks.run argv`` inside an export of HEAD; return its exit status."""
-    sha, root = export_commit(data_dir.resolve())
+def run_in_snapshot(argv: Sequence[str], *, revision: str, data_dir: Path, results_dir: Path) -> int:
+    """Re-run ``python -m benchmarks.run argv`` inside an export of ``revision``; return its exit status."""
+    sha, root = export_commit(default_snapshot_dir(), revision)
     env = python_env()
     env["PYTHONPATH"] = str(root)
     env[SHA_ENV] = sha
-    env[COMMAND_ENV] = "python -m benchmarks.run --snapshot " + " ".join(argv)
+    env[COMMAND_ENV] = f"python -m benchmarks.run --snapshot {sha[:12]} " + " ".join(argv)
     command = [
         sys.executable, "-m", "benchmarks.run", *argv,
         "--data-dir", str(data_dir.resolve()),

@@ -128,7 +128,7 @@ def test_every_line_is_what_memstore_itself_would_write(shape_catalog: Path) -> 
 
 
 def test_encode_line_matches_json_dumps_on_awkward_strings() -> None:
-    entry = {
+    entry: dict[str, object] = {
         "memory_id": "0" * 32,
         "content": 'quote " backslash \\ tab \t nul \x00 İ ΟΔΟΣ 🚀 \ud800',
         "tags": ['a"b', "ü"],
