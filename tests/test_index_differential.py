@@ -8,6 +8,7 @@ in-place edits, torn tails, corrupt lines and CRLF.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -48,10 +49,8 @@ def entry_lines(draw: st.DrawFn) -> bytes:
     line = json.dumps(payload, sort_keys=True).encode()
     if draw(st.booleans()):
         # Other tools write UTF-8 without escapes (and other separators).
-        try:
+        with contextlib.suppress(UnicodeEncodeError):
             line = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-        except UnicodeEncodeError:
-            pass
     return line + draw(st.sampled_from([b"", b"\r"]))
 
 

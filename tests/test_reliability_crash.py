@@ -321,13 +321,6 @@ def test_kill_at_random_moments_of_many_rewrites(tmp_path: Path) -> None:
     workers.figure("rewrite-kills", kills=kills, versions_seen=len(set(reached)), max_version=max(reached))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="index defect (db.py): a process killed while building the index leaves "
-    "index/memstore.sqlite3.build-<pid>-<hex> behind, and nothing ever removes it "
-    "(the crash run above counts them as index_build_leftovers)",
-)
 def test_index_build_left_by_a_killed_process_is_cleaned_up(tmp_path: Path) -> None:
     catalog = _seed_catalog(tmp_path, entries=5)
     catalog.list(limit=1)

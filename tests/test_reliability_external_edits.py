@@ -11,9 +11,11 @@ list, search and show exactly as ``MemoryCatalog(root, use_index=False)``.
 tests/test_index_differential.py covers small files with nasty characters; this
 file goes for volume and position (full: ``MEMSTORE_STRESS=full``, 500 edits).
 
-Known index blind spots are pinned down by strict xfails at the end (reported to
-the lead): the random walk keeps one clock tick between an edit and the previous
-state of the file so that it tests the detected classes strictly.
+The tests at the end pin down edits that fingerprints of the head and tail alone
+would miss (a grown file whose middle was rewritten, a same-size edit that restores
+mtime); ctime and the sampled body fingerprint catch them.  The random walk keeps
+one clock tick between an edit and the previous state of the file so that it tests
+the detected classes strictly.
 """
 
 from __future__ import annotations
@@ -225,13 +227,6 @@ def _edit_middle(path: Path, *, grow: bool) -> None:
         handle.write(data)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="index defect (source.py): an in-place save that changes the middle of a file (> 8 KiB) and "
-    "makes it longer is classified GROWN (head and edge fingerprints still match), so the changed "
-    "middle stays indexed with its old text",
-)
 def test_in_place_save_that_changes_the_middle_and_grows(tmp_path: Path) -> None:
     catalog = _big_catalog(tmp_path)
     assert catalog.search("0150")
@@ -241,13 +236,6 @@ def test_in_place_save_that_changes_the_middle_and_grows(tmp_path: Path) -> None
     assert catalog.search("9999") == scan.search("9999")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="index defect (source.py): a same-size in-place edit in the middle of a file within the same "
-    "mtime tick (simulated by restoring mtime) is not seen: the racy re-check only fingerprints the "
-    "first and last 4 KiB; st_ctime_ns or a full hash when racy would catch it",
-)
 def test_same_size_middle_edit_within_one_mtime_tick(tmp_path: Path) -> None:
     catalog = _big_catalog(tmp_path)
     st = os.stat(catalog.path)
@@ -258,12 +246,6 @@ def test_same_size_middle_edit_within_one_mtime_tick(tmp_path: Path) -> None:
     assert catalog.search("9999") == scan.search("9999")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="index defect (catalog_index.check): check_index() decodes entries from the file at the stored "
-    "offsets, so it reports equal while the indexed search text is stale (e.g. after the edit above)",
-)
 def test_check_index_notices_stale_search_text(tmp_path: Path) -> None:
     catalog = _big_catalog(tmp_path)
     st = os.stat(catalog.path)

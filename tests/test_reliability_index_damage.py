@@ -198,13 +198,7 @@ def _diverge(root: Path, damage: str) -> None:
     conn.close()
 
 
-STALE_ROW_TRACEBACK = pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="index defect (catalog_index.check): a row whose offset no longer holds an entry raises "
-    "StaleRowError out of check_index(), so `memstore reindex --check` dies with a traceback",
-)
-DIVERGENCES = ["row_deleted", pytest.param("offset_shifted", marks=STALE_ROW_TRACEBACK), "text_changed"]
+DIVERGENCES = ["row_deleted", "offset_shifted", "text_changed"]
 
 
 @pytest.mark.parametrize("damage", DIVERGENCES)
@@ -221,12 +215,6 @@ def test_reindex_check_exits_1_when_the_index_differs(tmp_path: Path, damage: st
     assert after.returncode == 0, after.stdout + after.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="index/cli defect: plain `memstore reindex` only catches up from the stored file state, so an "
-    "index that --check found different stays different until `reindex --full`",
-)
 def test_plain_reindex_repairs_what_check_found(tmp_path: Path) -> None:
     _built(tmp_path, 100)
     _diverge(tmp_path, "row_deleted")

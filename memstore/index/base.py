@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
-from memstore.index.db import IndexBusyError, IndexFile, Populate, is_busy
+from memstore.index.db import IndexBusyError, IndexFile, Populate, is_busy, is_corruption
 from memstore.index.source import Change, SourceState
 
 T = TypeVar("T")
@@ -85,9 +85,15 @@ class IndexedSource:
         self._reset_caches()
 
     def _on_sqlite_error(self, exc: sqlite3.Error) -> None:
-        """Busy: give up for this call.  Anything else: set the file aside so it is rebuilt."""
+        """A damaged index is set aside (and rebuilt by the retry); anything else ends this call.
+
+        Busy, a full disk, an I/O error or a statement SQLite refuses are not the index
+        file's fault: the caller answers this call from a scan and keeps the index.
+        """
         if is_busy(exc):
             raise IndexBusyError(f"index busy: {exc}") from exc
+        if not is_corruption(exc):
+            raise IndexBusyError(f"index unavailable for this call: {exc}") from exc
         self._drop_connection()
         self.file.set_aside(str(exc))
 

@@ -68,6 +68,20 @@ class _Ingest:
     tags: list[tuple[int, str]] = field(default_factory=list)
 
 
+def row_values(entry: MemoryEntry) -> tuple[str | None, str, str, str | None, int, int]:
+    """The ``doc`` columns (mid, c, t, created_at, bonus, odd) an entry is indexed as.
+
+    ``c`` is Python's ``content.lower()`` and ``t`` the tags joined by newlines (a
+    token never holds whitespace, so it cannot span two tags).  Entries SQLite cannot
+    hold exactly (lone surrogates, NUL) become *odd* rows, scored in Python.
+    """
+    content = entry.content.lower()
+    tags = "\n".join(entry.tags)
+    if sql_safe(content) and sql_safe(tags) and _encodable(entry.memory_id) and _encodable(entry.created_at):
+        return (entry.memory_id, content, tags, entry.created_at, tag_bonus(entry.tags), 0)
+    return (None, "", "", None, 0, 1)
+
+
 def _encodable(value: str | None) -> bool:
     if value is None:
         return True
@@ -189,20 +203,14 @@ class CatalogIndex(IndexedSource):
         row_id = ingest.next_id
         ingest.next_id += 1
         ingest.rows += 1
-        content = entry.content.lower()
-        tags = "\n".join(entry.tags)
-        normal = sql_safe(content) and sql_safe(tags) and _encodable(entry.memory_id) and _encodable(entry.created_at)
-        if not normal:
-            # Kept out of SQL matching, but present (empty) in the FTS table so that its
-            # integrity check against the content table holds.
-            ingest.docs.append((row_id, None, "", "", None, 0, 1))
-            ingest.pos.append((row_id, off, length))
-            ingest.fts.append((row_id, "", ""))
-            return
-        ingest.docs.append((row_id, entry.memory_id, content, tags, entry.created_at, tag_bonus(entry.tags), 0))
+        values = row_values(entry)
+        ingest.docs.append((row_id, *values))
         ingest.pos.append((row_id, off, length))
-        ingest.fts.append((row_id, content, tags))
-        ingest.tags.extend((row_id, tag) for tag in entry.tags)
+        # Odd rows are kept out of SQL matching, but present (empty) in the FTS table so
+        # that its integrity check against the content table holds.
+        ingest.fts.append((row_id, values[1], values[2]))
+        if not values[-1]:
+            ingest.tags.extend((row_id, tag) for tag in entry.tags)
 
     def _flush(self, conn: sqlite3.Connection, ingest: _Ingest) -> None:
         if ingest.docs:
@@ -398,33 +406,60 @@ class CatalogIndex(IndexedSource):
         ).save(conn)
         return True
 
+    @staticmethod
+    def _forget_state(conn: sqlite3.Connection, _fd: int) -> bool:
+        SourceState.forget(conn, SOURCE_NAME)
+        return True
+
     def check(self, scanned: ScanResult) -> dict[str, Any]:
-        """Compare the index (brought up to date first) with a fresh scan of the file."""
+        """Compare the index (caught up first) with a fresh scan, row by row, indexed text included.
+
+        On any difference the source's recorded state is dropped, so the next query
+        or ``reindex`` rebuilds it.
+        """
         self.refresh()
         with self._mutex, self._open_source() as fd:
             if fd is None:
                 equal = not scanned.entries
-                return {
-                    "equal": equal,
-                    "summary": "no catalog file" if equal else "file vanished during check",
-                }
-            conn = self._connection()
-            rows = conn.execute("SELECT off, len FROM pos ORDER BY id").fetchall()
-            indexed = [(off, self._entry_at(fd, off, length)) for off, length in rows]
-            expected = [(item.order, item.entry) for item in scanned.entries]
-            integrity = conn.execute("PRAGMA quick_check").fetchone()[0]
-            fts_ok = True
+                return {"equal": equal, "summary": "no catalog file" if equal else "file vanished during check"}
             try:
-                conn.execute("INSERT INTO doc_fts(doc_fts, rank) VALUES ('integrity-check', 1)")
-            except sqlite3.DatabaseError:
-                fts_ok = False
-        missing = len({o for o, _e in expected} - {o for o, _e in indexed})
-        extra = len({o for o, _e in indexed} - {o for o, _e in expected})
-        equal = indexed == expected and integrity == "ok" and fts_ok
+                conn = self._connection()
+                differing = indexed = 0
+                expected = iter(scanned.entries)
+                for row in conn.execute(
+                    "SELECT pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.odd"
+                    " FROM doc JOIN pos ON pos.id = doc.id ORDER BY doc.id"
+                ):
+                    indexed += 1
+                    item = next(expected, None)
+                    if item is None or row != (item.order, *row_values(item.entry)):
+                        differing += 1
+                orphans = conn.execute(
+                    "SELECT (SELECT count(*) FROM pos) + (SELECT count(*) FROM doc)"
+                    " - 2 * (SELECT count(*) FROM doc JOIN pos ON pos.id = doc.id)"
+                ).fetchone()[0]
+                integrity = conn.execute("PRAGMA quick_check").fetchone()[0]
+                try:
+                    conn.execute("INSERT INTO doc_fts(doc_fts, rank) VALUES ('integrity-check', 1)")
+                    fts_ok = True
+                except sqlite3.DatabaseError:
+                    fts_ok = False
+            except sqlite3.Error as exc:
+                return {
+                    "equal": False,
+                    "summary": f"index unreadable: {exc}",
+                    "indexed": 0,
+                    "scanned": len(scanned.entries),
+                }
+            missing = max(0, len(scanned.entries) - indexed)
+            equal = not (differing or missing or orphans) and integrity == "ok" and fts_ok
+            if not equal:
+                self._write(self._forget_state)
         summary = (
             "index equals a fresh scan"
             if equal
-            else f"index differs: {missing} missing, {extra} extra, {len(indexed)} indexed vs {len(expected)}"
-            f" scanned, sqlite check {integrity!r}, fts check {'ok' if fts_ok else 'failed'}"
+            else f"index differs: {differing} rows differ, {missing} missing, {orphans} orphaned,"
+            f" {indexed} indexed vs {len(scanned.entries)} scanned, sqlite check {integrity!r},"
+            f" fts check {'ok' if fts_ok else 'failed'}; the next reindex rebuilds it"
         )
-        return {"equal": equal, "summary": summary, "indexed": len(indexed), "scanned": len(expected)}
+        return {"equal": equal, "summary": summary, "indexed": indexed, "scanned": len(scanned.entries)}

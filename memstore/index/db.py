@@ -45,12 +45,13 @@ def is_busy(exc: sqlite3.Error) -> bool:
     return "locked" in message or "busy" in message
 
 
+CORRUPTION_MARKERS = ("malformed", "not a database", "corrupt", "no such table", "no such column", "no such index")
+
+
 def is_corruption(exc: sqlite3.Error) -> bool:
-    """Errors that mean the file itself is bad (as opposed to busy or a full disk)."""
-    if isinstance(exc, sqlite3.OperationalError):
-        message = str(exc).lower()
-        return "no such table" in message or "malformed" in message or "no such column" in message
-    return isinstance(exc, sqlite3.DatabaseError) and not is_busy(exc)
+    """Errors that mean the index file itself is bad, as opposed to busy, full, or a query SQLite refused."""
+    message = str(exc).lower()
+    return any(marker in message for marker in CORRUPTION_MARKERS)
 
 
 def configure(conn: sqlite3.Connection) -> None:
@@ -121,6 +122,10 @@ class IndexFile:
             with self._build_lock():
                 if self.path.exists():
                     return
+                # Builds cut short by a killed process; none can be running while we hold the lock.
+                for leftover in self.directory.glob(f"{INDEX_FILENAME}.build-*"):
+                    with contextlib.suppress(OSError):
+                        leftover.unlink()
                 tmp = self.path.with_name(f"{INDEX_FILENAME}.build-{os.getpid()}-{secrets.token_hex(4)}")
                 try:
                     self._build_into(tmp, populate)

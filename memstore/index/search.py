@@ -26,12 +26,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memstore.index.db import IndexBusyError
 from memstore.models import AUTO_CURATED_BONUS, CONTENT_POINTS, RUN_SUMMARY_BONUS, TAG_POINTS, Descending
 
 BONUS_CLASSES = (AUTO_CURATED_BONUS + RUN_SUMMARY_BONUS, AUTO_CURATED_BONUS, RUN_SUMMARY_BONUS, 0)
 MIN_CAP = 2000
 WALK_LIMIT = 20_000
 FETCH = 256
+MAX_SQL_TOKENS = 2000
+"""Distinct tokens one search binds (two parameters each, within SQLite's variable limit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,14 @@ class Hit:
 
     def sort_key(self) -> tuple[int, Descending, int]:
         return (-self.score, Descending(self.created_at), self.row_id)
+
+
+def balanced(terms: Sequence[str], operator: str) -> str:
+    """``terms`` joined by ``operator`` as a balanced parenthesised tree."""
+    if len(terms) == 1:
+        return terms[0]
+    middle = len(terms) // 2
+    return f"({balanced(terms[:middle], operator)} {operator} {balanced(terms[middle:], operator)})"
 
 
 def sql_safe(token: str) -> bool:
@@ -113,15 +124,18 @@ class Planner:
         self.tokens = list(self.counts)
         self.params = {f"p{i}": token for i, token in enumerate(self.tokens)}
         self.cap = max(MIN_CAP, total_rows // 20)
-        self.match_sql = " AND ".join(
-            f"(instr(d.c, :p{i}) > 0 OR instr(d.t, :p{i}) > 0)" for i in range(len(self.tokens))
+        # Balanced trees keep the expression depth logarithmic in the number of tokens
+        # (SQLite caps it at 1000), so long pasted queries still run in SQL.
+        self.match_sql = balanced(
+            [f"(instr(d.c, :p{i}) > 0 OR instr(d.t, :p{i}) > 0)" for i in range(len(self.tokens))], "AND"
         )
-        self.score_sql = (
-            " + ".join(
-                f"{CONTENT_POINTS * m} * (instr(d.c, :p{i}) > 0) + {TAG_POINTS * m} * (instr(d.t, :p{i}) > 0)"
+        self.score_sql = balanced(
+            [
+                f"({CONTENT_POINTS * m} * (instr(d.c, :p{i}) > 0) + {TAG_POINTS * m} * (instr(d.t, :p{i}) > 0))"
                 for i, m in enumerate(self.counts.values())
-            )
-            + " + d.bonus"
+            ]
+            + ["d.bonus"],
+            "+",
         )
         self.select = f"SELECT d.id, {self.score_sql} AS s, d.created_at"
 
@@ -242,8 +256,14 @@ class Planner:
             top.offer(Hit(score, created_at, row_id))
 
 
+class QueryTooLargeError(IndexBusyError):
+    """More distinct tokens than one SQL statement can bind; the caller scans instead."""
+
+
 def search_rows(conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int) -> list[Hit]:
     """The exact top-k hits among SQL-held rows (odd rows are the caller's)."""
     if not tokens or k == 0 or not all(sql_safe(token) for token in tokens):
         return []
+    if len(set(tokens)) > MAX_SQL_TOKENS:
+        raise QueryTooLargeError(f"{len(set(tokens))} distinct query tokens; answering from a scan")
     return Planner(conn, tokens, k, total_rows).run()
