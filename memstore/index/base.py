@@ -108,6 +108,13 @@ class IndexedSource:
 
     # ------------------------------------------------------------------ reads
 
+    def _read(self, answer: Callable[[sqlite3.Connection, int, SourceState], T], empty: T) -> T:
+        """``answer`` on a fresh snapshot of the open source file; ``empty`` when there is no file."""
+        with self._mutex, self._open_source() as fd:
+            if fd is None:
+                return empty
+            return self._query(fd, answer)
+
     def _query(self, fd: int, answer: Callable[[sqlite3.Connection, int, SourceState], T]) -> T:
         """Run ``answer`` on a snapshot in which the index matches the open file exactly."""
         force = False

@@ -143,71 +143,61 @@ class CardIndex(IndexedSource):
         self, paths: Sequence[str], keywords: frozenset[str], error_type: str | None, limit: int, now: float
     ) -> list[FailureCard]:
         """Active cards by score desc, timestamp desc, file order; exactly as the scan ranks them."""
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return []
 
-            def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
-                params: dict[str, Any] = {"now": now, "k": limit, "kw": json.dumps(sorted(keywords))}
-                usable = [path for path in paths if path and _encodable(path)]
-                params.update({f"p{i}": path for i, path in enumerate(usable)})
-                path_sql = " OR ".join(f"instr(file_path, :p{i}) > 0" for i in range(len(usable))) or "0"
-                error_sql = "0"
-                if error_type and _encodable(error_type):
-                    params["e"] = error_type
-                    error_sql = "error_type = :e"
-                sql = (
-                    "SELECT id, timestamp, data, score FROM ("
-                    f" SELECT card.id AS id, timestamp, data,"
-                    f" (CASE WHEN {path_sql} THEN {PATH_POINTS} ELSE 0 END)"
-                    f" + (CASE WHEN {error_sql} THEN {ERROR_TYPE_POINTS} ELSE 0 END)"
-                    f" + (CASE WHEN coalesce(k.n, 0) >= {MIN_SHARED_KEYWORDS} THEN {KEYWORD_POINTS} * k.n ELSE 0 END)"
-                    " AS score"
-                    " FROM card LEFT JOIN (SELECT card, count(*) AS n FROM card_kw"
-                    "  WHERE word IN (SELECT value FROM json_each(:kw)) GROUP BY card) k ON k.card = card.id"
-                    f" WHERE odd = 0 AND {ACTIVE_SQL}"
-                    ") WHERE score > 0 ORDER BY score DESC, timestamp DESC, id LIMIT :k"
-                )
-                ranked = [
-                    (-score, -timestamp, row_id, self._card(data))
-                    for row_id, timestamp, data, score in conn.execute(sql, params)
-                ]
-                for row_id, card in self._odd_cards(conn):
-                    if card.is_active(now=now):
-                        score = card_match_score(card, file_paths=paths, keywords=keywords, error_type=error_type)
-                        if score > 0:
-                            ranked.append((-score, -card.timestamp, row_id, card))
-                ranked.sort(key=lambda item: (item[0], item[1], item[2]))
-                return [item[3] for item in ranked[:limit]]
+        def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
+            params: dict[str, Any] = {"now": now, "k": limit, "kw": json.dumps(sorted(keywords))}
+            usable = [path for path in paths if path and _encodable(path)]
+            params.update({f"p{i}": path for i, path in enumerate(usable)})
+            path_sql = " OR ".join(f"instr(file_path, :p{i}) > 0" for i in range(len(usable))) or "0"
+            error_sql = "0"
+            if error_type and _encodable(error_type):
+                params["e"] = error_type
+                error_sql = "error_type = :e"
+            sql = (
+                "SELECT id, timestamp, data, score FROM ("
+                f" SELECT card.id AS id, timestamp, data,"
+                f" (CASE WHEN {path_sql} THEN {PATH_POINTS} ELSE 0 END)"
+                f" + (CASE WHEN {error_sql} THEN {ERROR_TYPE_POINTS} ELSE 0 END)"
+                f" + (CASE WHEN coalesce(k.n, 0) >= {MIN_SHARED_KEYWORDS} THEN {KEYWORD_POINTS} * k.n ELSE 0 END)"
+                " AS score"
+                " FROM card LEFT JOIN (SELECT card, count(*) AS n FROM card_kw"
+                "  WHERE word IN (SELECT value FROM json_each(:kw)) GROUP BY card) k ON k.card = card.id"
+                f" WHERE odd = 0 AND {ACTIVE_SQL}"
+                ") WHERE score > 0 ORDER BY score DESC, timestamp DESC, id LIMIT :k"
+            )
+            ranked = [
+                (-score, -timestamp, row_id, self._card(data))
+                for row_id, timestamp, data, score in conn.execute(sql, params)
+            ]
+            for row_id, card in self._odd_cards(conn):
+                if card.is_active(now=now):
+                    score = card_match_score(card, file_paths=paths, keywords=keywords, error_type=error_type)
+                    if score > 0:
+                        ranked.append((-score, -card.timestamp, row_id, card))
+            ranked.sort(key=lambda item: (item[0], item[1], item[2]))
+            return [item[3] for item in ranked[:limit]]
 
-            return self._query(fd, answer)
+        return self._read(answer, [])
 
     def list_active(self, now: float) -> list[FailureCard]:
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return []
+        def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
+            rows = conn.execute(f"SELECT data FROM card WHERE {ACTIVE_SQL} ORDER BY id", {"now": now})
+            return [self._card(data) for (data,) in rows]
 
-            def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
-                rows = conn.execute(f"SELECT data FROM card WHERE {ACTIVE_SQL} ORDER BY id", {"now": now})
-                return [self._card(data) for (data,) in rows]
-
-            return self._query(fd, answer)
+        return self._read(answer, [])
 
     def get_by_id(self, card_id: str) -> list[FailureCard]:
         """``[card]`` for the first card in file order with this id, ``[]`` when none."""
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return []
 
-            def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
-                found: list[tuple[int, FailureCard]] = []
-                if _encodable(card_id):
-                    row = conn.execute(
-                        "SELECT id, data FROM card WHERE card_id = ? ORDER BY id LIMIT 1", (card_id,)
-                    ).fetchone()
-                    if row is not None:
-                        found.append((row[0], self._card(row[1])))
-                found.extend(item for item in self._odd_cards(conn) if item[1].id == card_id)
-                return [min(found, key=lambda item: item[0])[1]] if found else []
+        def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
+            found: list[tuple[int, FailureCard]] = []
+            if _encodable(card_id):
+                row = conn.execute(
+                    "SELECT id, data FROM card WHERE card_id = ? ORDER BY id LIMIT 1", (card_id,)
+                ).fetchone()
+                if row is not None:
+                    found.append((row[0], self._card(row[1])))
+            found.extend(item for item in self._odd_cards(conn) if item[1].id == card_id)
+            return [min(found, key=lambda item: item[0])[1]] if found else []
 
-            return self._query(fd, answer)
+        return self._read(answer, [])

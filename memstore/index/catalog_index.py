@@ -283,65 +283,52 @@ class CatalogIndex(IndexedSource):
         return [(row_id, off, length, self._entry_at(fd, off, length)) for row_id, off, length in rows]
 
     def search(self, tokens: Sequence[str], limit: int) -> list[MemoryEntry]:
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return []
+        def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
+            hits = search_rows(conn, tokens, limit, state.rows)
+            known: dict[int, MemoryEntry] = {}
+            for row_id, _off, _length, entry in self._odd_rows(conn, fd):
+                if memory_matches(entry, tokens):
+                    known[row_id] = entry
+                    hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id))
+            hits.sort(key=Hit.sort_key)
+            top = hits[:limit]
+            wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
+            places = {
+                row_id: (off, length)
+                for row_id, off, length in conn.execute(
+                    "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
+                )
+            }
+            return [known.get(hit.row_id) or self._entry_at(fd, *places[hit.row_id]) for hit in top]
 
-            def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
-                hits = search_rows(conn, tokens, limit, state.rows)
-                known: dict[int, MemoryEntry] = {}
-                for row_id, _off, _length, entry in self._odd_rows(conn, fd):
-                    if memory_matches(entry, tokens):
-                        known[row_id] = entry
-                        hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id))
-                hits.sort(key=Hit.sort_key)
-                top = hits[:limit]
-                wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
-                places = {
-                    row_id: (off, length)
-                    for row_id, off, length in conn.execute(
-                        "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
-                    )
-                }
-                return [known.get(hit.row_id) or self._entry_at(fd, *places[hit.row_id]) for hit in top]
-
-            return self._query(fd, answer)
+        return self._read(answer, [])
 
     def list(self, limit: int) -> builtins.list[MemoryEntry]:
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return []
+        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
+            rows = conn.execute("SELECT off, len FROM pos ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+            return [self._entry_at(fd, off, length) for off, length in rows]
 
-            def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
-                rows = conn.execute("SELECT off, len FROM pos ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-                return [self._entry_at(fd, off, length) for off, length in rows]
-
-            return self._query(fd, answer)
+        return self._read(answer, [])
 
     def show(self, memory_id: str) -> builtins.list[MemoryEntry]:
         """``[entry]`` for the first entry in file order with this id, ``[]`` when none."""
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return []
 
-            def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
-                candidates: builtins.list[tuple[int, MemoryEntry]] = []
-                if _encodable(memory_id):
-                    row = conn.execute(
-                        "SELECT doc.id, off, len FROM doc JOIN pos ON pos.id = doc.id WHERE mid = ?"
-                        " ORDER BY doc.id LIMIT 1",
-                        (memory_id,),
-                    ).fetchone()
-                    if row is not None:
-                        candidates.append((row[0], self._entry_at(fd, row[1], row[2])))
-                candidates.extend(
-                    (row_id, entry)
-                    for row_id, _o, _l, entry in self._odd_rows(conn, fd)
-                    if entry.memory_id == memory_id
-                )
-                return [min(candidates, key=lambda item: item[0])[1]] if candidates else []
+        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
+            candidates: builtins.list[tuple[int, MemoryEntry]] = []
+            if _encodable(memory_id):
+                row = conn.execute(
+                    "SELECT doc.id, off, len FROM doc JOIN pos ON pos.id = doc.id WHERE mid = ?"
+                    " ORDER BY doc.id LIMIT 1",
+                    (memory_id,),
+                ).fetchone()
+                if row is not None:
+                    candidates.append((row[0], self._entry_at(fd, row[1], row[2])))
+            candidates.extend(
+                (row_id, entry) for row_id, _o, _l, entry in self._odd_rows(conn, fd) if entry.memory_id == memory_id
+            )
+            return [min(candidates, key=lambda item: item[0])[1]] if candidates else []
 
-            return self._query(fd, answer)
+        return self._read(answer, [])
 
     # ------------------------------------------------------------------ maintenance
 
