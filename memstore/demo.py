@@ -137,7 +137,7 @@ def run_demo(root: Path, *, size: int, seed: int) -> bool:
         print(f"Built the index in {seconds:.2f} s ({rows / max(seconds, 1e-9):,.0f} rows/s)")
         state = catalog.health_report().get("index", {})
         if isinstance(state.get("index_bytes"), int):
-            print(f"  index: {state.get('path')} ({state['index_bytes'] / 1e6:.1f} MB, "
+            print(f"  index: {state.get('index_path')} ({state['index_bytes'] / 1e6:.1f} MB, "
                   f"{state['index_bytes'] / catalog_path.stat().st_size:.2f}x the JSONL)")
     except IndexUnavailableError as exc:
         indexed = False

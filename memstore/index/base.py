@@ -25,6 +25,7 @@ from memstore.index.source import Change, SourceState
 T = TypeVar("T")
 Progress = Callable[[int, int], None]
 ATTEMPTS = 4
+BIG_CHANGE_ROWS = 20_000
 
 
 class StaleRowError(Exception):
@@ -157,6 +158,10 @@ class IndexedSource:
                 conn.execute("ROLLBACK")
             self._reset_caches()
             raise
+        if change is Change.REPLACED or rows - (state.rows if state else 0) > BIG_CHANGE_ROWS:
+            # A rebuild in place leaves a WAL as large as the index: fold it back now.
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return {
             "action": "rebuilt" if change is Change.REPLACED else "appended",
             "rows": rows,
@@ -195,7 +200,9 @@ class IndexedSource:
                 creating = not self.file.path.exists()
                 for _attempt in range(ATTEMPTS):
                     try:
-                        report = self._catch_up(self._connection(), fd, force=full)
+                        conn = self._connection()
+                        # A brand-new index file was just built from the file: do not build it twice.
+                        report = self._catch_up(conn, fd, force=full and not creating)
                         if creating and report["action"] == "none":
                             report["action"] = "built"
                         break

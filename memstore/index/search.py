@@ -69,10 +69,17 @@ def sql_safe(token: str) -> bool:
 
 
 def fts_phrase(token: str) -> str | None:
-    """The token as one quoted FTS5 phrase, or None when the trigram index cannot look it up."""
+    """An FTS5 expression every row containing ``token`` matches, or None when it cannot be looked up.
+
+    The index keeps column-level detail (no positions, a smaller index), so a token
+    becomes the AND of its distinct trigrams, each quoted as a literal.  That is a
+    superset of the rows containing the token; every candidate is verified with
+    ``instr`` before it is scored.
+    """
     if len(token) < 3 or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in token):
         return None
-    return '"' + token.replace('"', '""') + '"'
+    grams = dict.fromkeys(token[i : i + 3] for i in range(len(token) - 2))
+    return "(" + " AND ".join('"' + gram.replace('"', '""') + '"' for gram in grams) + ")"
 
 
 class TopK:

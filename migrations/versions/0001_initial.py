@@ -87,7 +87,7 @@ def upgrade() -> None:
     op.execute("CREATE INDEX card_odd ON card(odd) WHERE odd = 1")
     op.execute(
         "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, content='doc', content_rowid='id', "
-        "tokenize='trigram case_sensitive 1', detail=full)"
+        "tokenize='trigram case_sensitive 1', detail=column)"
     )
 
 
