@@ -81,6 +81,16 @@ print(json.dumps({"build_s": built, "rebuild_s": rebuilt, "rss_before_kb": rss_b
                   "rss_build_kb": rss_build, "rss_peak_kb": rss_peak}))
 """
 
+PREFLIGHT_LINES = 2_000
+PREFLIGHT_CHILD = """
+import json, sys
+from memstore.catalog import MemoryCatalog
+catalog = MemoryCatalog(sys.argv[1])
+hits = catalog.search("the memory")
+report = catalog.reindex()  # raises when the index cannot be built or opened
+print(json.dumps({"hits": len(hits)}))
+"""
+
 FIRST_QUERY_CHILD = """
 import json, sys, time
 started = time.perf_counter()
@@ -239,6 +249,16 @@ class Bench:
             shutil.rmtree(self.work_root, ignore_errors=True)
 
     # ------------------------------------------------------------------ baselines
+
+    def preflight(self) -> None:
+        """Build and query an index over the first lines, in a child, before the long phases."""
+        root = self.work_root / "preflight"
+        catalog_file(root).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.jsonl, "rb") as source, open(catalog_file(root), "wb") as target:
+            for _, line in zip(range(PREFLIGHT_LINES), source, strict=False):
+                target.write(line)
+        run_python(PREFLIGHT_CHILD, str(root), timeout=600)
+        shutil.rmtree(root, ignore_errors=True)
 
     def baselines(self) -> None:
         opts = self.options
@@ -612,6 +632,11 @@ class Bench:
             else:
                 self.notes.append("memstore.catalog missing: only the baselines were measured")
             groups += [[self.cards], [self.startup]]
+            if index_available():
+                self._run_group([self.preflight])
+                if self.errors:  # a commit that cannot build an index fails in seconds, not after an hour
+                    groups = []
+                    self.notes.append("the preflight failed: nothing else was measured")
             for group in groups:
                 self._run_group(group)
         finally:
