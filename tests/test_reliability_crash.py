@@ -116,6 +116,7 @@ def test_sigkilled_writers_lose_no_acknowledged_entry(tmp_path: Path) -> None:
         running[worker].join()
         kills += 1
         if kills % 5 == 0:
+            catalog.search("alpha", limit=1)  # a reader keeps the index current, as agents' queries do
             # A killed holder's lock is free again: the next add goes through without waiting on it.
             started = time.monotonic()
             probe_ids.append(catalog.add(f"driver probe after kill {kills}", branch_name="probe").memory_id)
