@@ -206,8 +206,22 @@ def test_index_equals_scan_through_edits(tmp_path_factory: pytest.TempPathFactor
     assert catalog.health_report()["index"]["state"] in ("fresh", "missing")
 
 
-def test_common_token_topk_with_timestamp_ties(tmp_path: Path) -> None:
-    """The top-k walk must respect score, then created_at, then file order, even when it stops early."""
+PLANS = {
+    "default": {},
+    # Tiny caps and no time budget push every query through expansions, walks and fallbacks.
+    "walks": {"CANDIDATE_CAP": 3},
+    "interrupted walks": {"CANDIDATE_CAP": 3, "WALK_SECONDS": 0.0},
+    "interrupted, no fts fallback": {"CANDIDATE_CAP": 3, "WALK_SECONDS": 0.0, "FALLBACK_CAP": 0},
+}
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_common_token_topk_with_timestamp_ties(tmp_path: Path, plan: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The top-k walk must respect score, then created_at, then file order, whichever path it takes."""
+    from memstore.index import search
+
+    for name, value in PLANS[plan].items():
+        monkeypatch.setattr(search, name, value)
     catalog = MemoryCatalog(tmp_path)
     rows = []
     for i in range(6000):
@@ -219,7 +233,8 @@ def test_common_token_topk_with_timestamp_ties(tmp_path: Path) -> None:
         rows.append(json.dumps({"memory_id": f"m{i}", "content": content, "tags": tags, "created_at": stamp,
                                 "branch_name": None, "run_id": None}, sort_keys=True))
     write_raw(catalog.path, ("\n".join(rows) + "\n").encode())
-    for query in ["the", "the the", "common", "the tag", "t", "e", "row1", "misc the", "auto"]:
+    for query in ["the", "the the", "common", "the tag", "t", "e", "row1", "misc the", "auto", "the-tag row",
+                  "ro w", "zz", "word auto-curated"]:
         for limit in (1, 10, 25):
             assert catalog.search(query, limit=limit) == reference_search(catalog.path, query, limit), query
     assert catalog.health_report()["index"]["state"] == "fresh"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,8 +31,15 @@ from memstore.index.db import IndexBusyError
 from memstore.models import AUTO_CURATED_BONUS, CONTENT_POINTS, RUN_SUMMARY_BONUS, TAG_POINTS, Descending
 
 BONUS_CLASSES = (AUTO_CURATED_BONUS + RUN_SUMMARY_BONUS, AUTO_CURATED_BONUS, RUN_SUMMARY_BONUS, 0)
-MIN_CAP = 2000
-WALK_LIMIT = 20_000
+CANDIDATE_CAP = 4000
+"""Sets of candidate rows up to this size are fetched and scored outright (about 3 µs a row);
+larger ones are left to the walk, whose cost does not grow with the catalog."""
+PROGRESS_OPS = 200
+WALK_SECONDS = 0.015
+"""How long one class walk may run before a cheaper exact pass is considered.  Either path
+gives the exact answer; the budget only decides which one is taken."""
+FALLBACK_CAP = 20_000
+"""An interrupted walk scores the FTS candidates outright when there are fewer than this."""
 FETCH = 256
 MAX_SQL_TOKENS = 2000
 """Distinct tokens one search binds (two parameters each, within SQLite's variable limit)."""
@@ -130,7 +138,8 @@ class Planner:
         self.counts = Counter(tokens)
         self.tokens = list(self.counts)
         self.params = {f"p{i}": token for i, token in enumerate(self.tokens)}
-        self.cap = max(MIN_CAP, total_rows // 20)
+        self.cap = CANDIDATE_CAP
+        self.long_query: str | None = None
         # Balanced trees keep the expression depth logarithmic in the number of tokens
         # (SQLite caps it at 1000), so long pasted queries still run in SQL.
         self.match_sql = balanced(
@@ -153,9 +162,10 @@ class Planner:
         phrases = [fts_phrase(token) for token in self.tokens]
         long_phrases = [p for p in phrases if p is not None]
         if long_phrases:
-            query = " AND ".join(long_phrases)
-            if self._count_fts(query) < self.cap:
-                self._score_fts(query, top)
+            self.long_query = " AND ".join(long_phrases)
+            candidates = self._few_fts(self.long_query)
+            if candidates is not None:
+                self._score_ids(candidates, top)
                 return top.result()
         expanded: set[int] = set()
         ceiling = 0
@@ -176,17 +186,12 @@ class Planner:
                 ceiling += TAG_POINTS * multiplicity
         self._score_ids(expanded, top)
         for bonus in BONUS_CLASSES:
-            self._walk_class(bonus, ceiling + bonus, expanded, top)
+            if self._walk_class(bonus, ceiling + bonus, expanded, top):
+                break
         return top.result()
 
-    def _count_fts(self, query: str) -> int:
-        row = self.conn.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?)",
-            (query, self.cap),
-        ).fetchone()
-        return int(row[0])
-
     def _score_fts(self, query: str, top: TopK) -> None:
+        """One exact pass over every row the trigram index admits (the walk's fallback)."""
         sql = (
             f"{self.select} FROM doc_fts JOIN doc d ON d.id = doc_fts.rowid"
             f" WHERE doc_fts MATCH :q AND {self.match_sql}"
@@ -222,40 +227,57 @@ class Planner:
         )
         self._offer_rows(self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k}), top)
 
-    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> None:
-        """Walk one bonus class newest first; stop once no later row can enter the top k."""
+    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK, *, budget: bool = True) -> bool:
+        """Walk one bonus class newest first; stop once no later row can enter the top k.
+
+        The match is filtered in SQL, so rows that do not match cost no Python.  A walk
+        that runs past WALK_SECONDS (SQLite's progress handler interrupts it) switches to
+        whichever exact pass is cheaper: scoring every FTS candidate when there are fewer
+        than FALLBACK_CAP (then all classes are done: returns True), or else finishing
+        the walk without a budget.  Either way the answer is the same.
+        """
         if top.full() and ceiling < top.worst().score:
-            return
+            return False
         sql = (
             f"{self.select} FROM doc d INDEXED BY doc_walk WHERE d.bonus = :b AND {self.match_sql}"
             " ORDER BY d.created_at DESC, d.id"
         )
-        cursor = self.conn.execute(sql, {**self.params, "b": bonus})
-        walked = 0
+        deadline = time.perf_counter() + WALK_SECONDS
+
+        def over_budget() -> int:
+            return 1 if time.perf_counter() > deadline else 0
+
+        if budget:
+            self.conn.set_progress_handler(over_budget, PROGRESS_OPS)
+        cursor = self.conn.cursor()
         try:
+            cursor.execute(sql, {**self.params, "b": bonus})
             while True:
                 rows = cursor.fetchmany(FETCH)
                 if not rows:
-                    return
+                    return False
                 for row_id, score, created_at in rows:
-                    walked += 1
                     if row_id not in expanded:
                         top.offer(Hit(score, created_at, row_id))
                     if not top.beats_worst((-ceiling, Descending(created_at), row_id)):
-                        return
-                if walked >= WALK_LIMIT:
-                    break
+                        return False
+        except sqlite3.OperationalError as exc:
+            if not budget or "interrupt" not in str(exc).lower():
+                raise
         finally:
             cursor.close()
-        self._score_class(bonus, top)
+            if budget:
+                self.conn.set_progress_handler(None, 0)
+        if self.long_query is not None and self._count_fts(self.long_query, FALLBACK_CAP) < FALLBACK_CAP:
+            self._score_fts(self.long_query, top)
+            return True
+        return self._walk_class(bonus, ceiling, expanded, top, budget=False)
 
-    def _score_class(self, bonus: int, top: TopK) -> None:
-        """One exact SQL pass over a class (the walk's fallback)."""
-        sql = (
-            f"{self.select} FROM doc d WHERE d.bonus = :b AND {self.match_sql}"
-            " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
-        )
-        self._offer_rows(self.conn.execute(sql, {**self.params, "b": bonus, "k": self.k}), top)
+    def _count_fts(self, query: str, cap: int) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?)", (query, cap)
+        ).fetchone()
+        return int(row[0])
 
     @staticmethod
     def _offer_rows(cursor: sqlite3.Cursor, top: TopK) -> None:
