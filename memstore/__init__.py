@@ -7,7 +7,26 @@ Alembic and watchdog are only imported by the code paths that need them.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # type checkers see the real names; at run time they load on first use
+    from memstore.cards import AutoInvalidationRule, FailureCard
+    from memstore.catalog import MemoryCatalog
+    from memstore.errors import MemstoreError
+    from memstore.failure_cards import FailureCardStorage
+    from memstore.hierarchy import MemoryHierarchy
+    from memstore.models import (
+        MemoryEntry,
+        memory_entries_to_prompt,
+        memory_entry_from_payload,
+        memory_matches,
+        memory_relevance_score,
+        normalize_tags,
+    )
+    from memstore.pinned import PinnedFile, PinnedFileStorage
+    from memstore.plan_mode import PlanMode, PlanModeState
+    from memstore.team import TeamMemory
+    from memstore.watcher import FileWatcher
 
 _EXPORTS: dict[str, str] = {
     "AutoInvalidationRule": "memstore.cards",
@@ -30,7 +49,26 @@ _EXPORTS: dict[str, str] = {
     "normalize_tags": "memstore.models",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "AutoInvalidationRule",
+    "FailureCard",
+    "FailureCardStorage",
+    "FileWatcher",
+    "MemoryCatalog",
+    "MemoryEntry",
+    "MemoryHierarchy",
+    "MemstoreError",
+    "PinnedFile",
+    "PinnedFileStorage",
+    "PlanMode",
+    "PlanModeState",
+    "TeamMemory",
+    "memory_entries_to_prompt",
+    "memory_entry_from_payload",
+    "memory_matches",
+    "memory_relevance_score",
+    "normalize_tags",
+]
 __version__ = "0.1.0"
 
 
