@@ -54,3 +54,12 @@ def test_public_names_of_this_layer_exist() -> None:
     for name in ("MemoryCatalog", "MemoryEntry", "MemoryHierarchy", "normalize_tags", "memory_matches"):
         assert name in memstore.__all__
         assert getattr(memstore, name) is not None
+
+
+def test_every_public_name_is_exported_and_resolves() -> None:
+    import memstore
+
+    assert memstore.__all__ == sorted(memstore.__all__)
+    assert set(memstore.__all__) == set(memstore._EXPORTS)
+    for name in memstore.__all__:
+        assert getattr(memstore, name) is not None
