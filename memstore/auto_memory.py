@@ -179,11 +179,7 @@ class _Parser:
         assert self.current is not None
         self.current.lines.append(line.rstrip())
         closing = line.strip()
-        if (
-            self.fence
-            and closing.startswith(self.fence[0] * len(self.fence))
-            and not closing.strip(self.fence[0])
-        ):
+        if self.fence and closing.startswith(self.fence[0] * len(self.fence)) and not closing.strip(self.fence[0]):
             self.fence = None
 
 

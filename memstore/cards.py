@@ -279,9 +279,7 @@ class FailureCard:
         )
         if any(key not in payload for key in required):
             return None
-        kwargs: dict[str, Any] = {
-            item.name: payload[item.name] for item in fields(cls) if item.name in payload
-        }
+        kwargs: dict[str, Any] = {item.name: payload[item.name] for item in fields(cls) if item.name in payload}
         kwargs.setdefault("line_number", None)
         if kwargs.get("context_files", ()) is None:
             kwargs["context_files"] = []

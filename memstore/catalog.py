@@ -111,9 +111,7 @@ class MemoryCatalog:
     def _lock(self) -> FileLock:
         return FileLock(self.lock_path, mode=self._file_mode)
 
-    def _new_entry(
-        self, content: str, tags: Iterable[str], branch_name: str | None, run_id: str | None
-    ) -> MemoryEntry:
+    def _new_entry(self, content: str, tags: Iterable[str], branch_name: str | None, run_id: str | None) -> MemoryEntry:
         return MemoryEntry(
             memory_id=new_memory_id(),
             content=content,
@@ -206,9 +204,7 @@ class MemoryCatalog:
             )
             self._append(self.quarantine_path, lines)
 
-        return len(
-            self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name, before=move)
-        )
+        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name, before=move))
 
     def _rewrite_without(
         self,
@@ -271,9 +267,7 @@ class MemoryCatalog:
                 before(removed)
             stat_after = atomic_write(self.path, b"".join(line + b"\n" for line in kept))
             if index is not None:
-                plan = RewritePlan(
-                    before=stat_before, removed=frozenset(removed_starts), dropped=tuple(dropped)
-                )
+                plan = RewritePlan(before=stat_before, removed=frozenset(removed_starts), dropped=tuple(dropped))
                 try:
                     index.apply_rewrite(plan, stat_after)
                 except IndexUnavailableError as exc:
@@ -404,9 +398,7 @@ class MemoryCatalog:
         stale = 0
         prefix = f".{self.path.name}."
         if self.directory.is_dir():
-            stale = sum(
-                1 for name in os.listdir(self.directory) if name.startswith(prefix) and name.endswith(".tmp")
-            )
+            stale = sum(1 for name in os.listdir(self.directory) if name.startswith(prefix) and name.endswith(".tmp"))
         missing_newline = False
         fd = open_for_read(self.path)
         if fd is not None:
@@ -428,9 +420,7 @@ class MemoryCatalog:
 
     # ------------------------------------------------------------------ index maintenance
 
-    def reindex(
-        self, *, full: bool = False, progress: Callable[[int, int], None] | None = None
-    ) -> dict[str, Any]:
+    def reindex(self, *, full: bool = False, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Bring the index up to date (``full`` rebuilds it from scratch); returns a report."""
         index = self._get_index()
         if index is None:

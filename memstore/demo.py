@@ -40,12 +40,67 @@ SCAN_RUNS = 2
 SHOW_TOP = 3
 
 _WORDS = (
-    "the", "memory", "cache", "index", "error", "handler", "python", "testing", "retry", "timeout", "config",
-    "build", "deploy", "branch", "commit", "merge", "review", "agent", "tool", "prompt", "context", "token",
-    "parse", "format", "schema", "table", "query", "search", "lock", "queue", "worker", "thread", "process",
-    "db", "api", "json", "yaml", "shell", "git", "ci", "docker", "server", "client", "request", "response",
-    "file", "path", "module", "import", "package", "version", "release", "fix", "bug", "flaky", "slow",
-    "fast", "always", "never", "prefer", "avoid",
+    "the",
+    "memory",
+    "cache",
+    "index",
+    "error",
+    "handler",
+    "python",
+    "testing",
+    "retry",
+    "timeout",
+    "config",
+    "build",
+    "deploy",
+    "branch",
+    "commit",
+    "merge",
+    "review",
+    "agent",
+    "tool",
+    "prompt",
+    "context",
+    "token",
+    "parse",
+    "format",
+    "schema",
+    "table",
+    "query",
+    "search",
+    "lock",
+    "queue",
+    "worker",
+    "thread",
+    "process",
+    "db",
+    "api",
+    "json",
+    "yaml",
+    "shell",
+    "git",
+    "ci",
+    "docker",
+    "server",
+    "client",
+    "request",
+    "response",
+    "file",
+    "path",
+    "module",
+    "import",
+    "package",
+    "version",
+    "release",
+    "fix",
+    "bug",
+    "flaky",
+    "slow",
+    "fast",
+    "always",
+    "never",
+    "prefer",
+    "avoid",
 )
 _TAGS = ("python", "testing", "ci", "db", "api", "perf", "security", "docs", "auto-curated", "run-summary")
 
@@ -123,8 +178,7 @@ def run_demo(root: Path, *, size: int, seed: int) -> bool:
     started = time.perf_counter()
     source = generate(catalog_path, size, seed)
     megabytes = catalog_path.stat().st_size / 1e6
-    print(f"Generated {size:,} entries ({megabytes:.1f} MB) with {source} "
-          f"in {time.perf_counter() - started:.2f} s")
+    print(f"Generated {size:,} entries ({megabytes:.1f} MB) with {source} in {time.perf_counter() - started:.2f} s")
     print(f"  catalog: {catalog_path}")
 
     catalog = MemoryCatalog(root)
@@ -137,15 +191,19 @@ def run_demo(root: Path, *, size: int, seed: int) -> bool:
         print(f"Built the index in {seconds:.2f} s ({rows / max(seconds, 1e-9):,.0f} rows/s)")
         state = catalog.health_report().get("index", {})
         if isinstance(state.get("index_bytes"), int):
-            print(f"  index: {state.get('index_path')} ({state['index_bytes'] / 1e6:.1f} MB, "
-                  f"{state['index_bytes'] / catalog_path.stat().st_size:.2f}x the JSONL)")
+            print(
+                f"  index: {state.get('index_path')} ({state['index_bytes'] / 1e6:.1f} MB, "
+                f"{state['index_bytes'] / catalog_path.stat().st_size:.2f}x the JSONL)"
+            )
     except IndexUnavailableError as exc:
         indexed = False
         print(f"The index is unavailable ({exc}); showing scan timings only.")
 
     agree = True
-    print(f"\nSearches (limit 10): index median of {INDEX_RUNS} runs; scan median of {SCAN_RUNS} runs, "
-          "each by a fresh catalog as a new process would (parse every line, score every entry)")
+    print(
+        f"\nSearches (limit 10): index median of {INDEX_RUNS} runs; scan median of {SCAN_RUNS} runs, "
+        "each by a fresh catalog as a new process would (parse every line, score every entry)"
+    )
     for query in QUERIES:
         scan_ms, scanned = _timed(functools.partial(_scan_search, root, query), SCAN_RUNS)
         if indexed:
@@ -153,8 +211,10 @@ def run_demo(root: Path, *, size: int, seed: int) -> bool:
             same = found == scanned
             agree = agree and same
             ratio = scan_ms / max(index_ms, 1e-6)
-            print(f"\n  {query!r}: index {index_ms:.2f} ms, scan {scan_ms:.1f} ms ({ratio:,.0f}x faster), "
-                  f"{len(found)} results, {'same as the scan' if same else 'DIFFERENT FROM THE SCAN'}")
+            print(
+                f"\n  {query!r}: index {index_ms:.2f} ms, scan {scan_ms:.1f} ms ({ratio:,.0f}x faster), "
+                f"{len(found)} results, {'same as the scan' if same else 'DIFFERENT FROM THE SCAN'}"
+            )
             _print_results(found)
         else:
             print(f"\n  {query!r}: scan {scan_ms:.1f} ms, {len(scanned)} results")

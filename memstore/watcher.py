@@ -133,9 +133,7 @@ class FileWatcher:
             presence = {key: os.path.exists(key) for key in keys}
             stopped = threading.Event()
             observer = self._observer_class()
-            worker = threading.Thread(
-                target=self._work, args=(stopped,), name="memstore-file-watcher", daemon=True
-            )
+            worker = threading.Thread(target=self._work, args=(stopped,), name="memstore-file-watcher", daemon=True)
             with self._state_lock:
                 self._run = _Run(observer, worker, stopped)
                 self._pending.clear()

@@ -224,14 +224,6 @@ def test_plain_reindex_repairs_what_check_found(tmp_path: Path) -> None:
     assert after.returncode == 0, after.stdout + after.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="index defect (db.py connect/configure): a flipped byte in the schema text makes SQLite's "
-    "error message invalid UTF-8; Python raises UnicodeDecodeError (not sqlite3.Error), which escapes "
-    "the corruption handling and reaches the caller of search() instead of a rebuild (found by the full "
-    "random-flip run)",
-)
 def test_flipped_byte_in_the_schema_text_is_treated_as_corruption(tmp_path: Path) -> None:
     _built(tmp_path, 50)
     db = _checkpointed(tmp_path)

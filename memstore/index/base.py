@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
-from memstore.index.db import IndexBusyError, IndexFile, Populate, is_busy, is_corruption
+from memstore.index.db import DatabaseFault, IndexBusyError, IndexFile, Populate, is_busy, is_corruption
 from memstore.index.source import Change, SourceState
 
 T = TypeVar("T")
@@ -85,7 +85,7 @@ class IndexedSource:
         self._conn = None
         self._reset_caches()
 
-    def _on_sqlite_error(self, exc: sqlite3.Error) -> None:
+    def _on_sqlite_error(self, exc: Exception) -> None:
         """A damaged index is set aside (and rebuilt by the retry); anything else ends this call.
 
         Busy, a full disk, an I/O error or a statement SQLite refuses are not the index
@@ -135,7 +135,7 @@ class IndexedSource:
                 force = False
             except StaleRowError:
                 force = True
-            except sqlite3.Error as exc:
+            except DatabaseFault as exc:
                 self._on_sqlite_error(exc)
         raise IndexBusyError(f"{self.source_path} kept changing while it was being indexed")
 
@@ -185,7 +185,7 @@ class IndexedSource:
                         conn.execute("ROLLBACK")
                     self._reset_caches()
                     raise
-            except sqlite3.Error as exc:
+            except DatabaseFault as exc:
                 self._on_sqlite_error(exc)
                 return False
 
@@ -206,7 +206,7 @@ class IndexedSource:
                         if creating and report["action"] == "none":
                             report["action"] = "built"
                         break
-                    except sqlite3.Error as exc:
+                    except DatabaseFault as exc:
                         self._on_sqlite_error(exc)
                 else:
                     raise IndexUnavailableError(f"cannot refresh the index at {self.file.path}")
@@ -233,7 +233,7 @@ class IndexedSource:
             if self.file.path.exists():
                 try:
                     state = SourceState.load(self._connection(), self.SOURCE_NAME)
-                except sqlite3.Error as exc:
+                except DatabaseFault as exc:
                     self._on_sqlite_error(exc)
             if state is None:
                 info.update(

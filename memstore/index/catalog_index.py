@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from memstore.files import iter_raw_lines, open_for_read
 from memstore.index.base import IndexedSource, StaleRowError
-from memstore.index.db import IndexFile
+from memstore.index.db import DatabaseFault, IndexFile
 from memstore.index.search import Hit, search_rows, sql_safe
 from memstore.index.source import Change, SourceState
 from memstore.jsonl import decode_entry, is_blank
@@ -431,7 +431,7 @@ class CatalogIndex(IndexedSource):
                     fts_ok = True
                 except sqlite3.DatabaseError:
                     fts_ok = False
-            except sqlite3.Error as exc:
+            except DatabaseFault as exc:
                 return {
                     "equal": False,
                     "summary": f"index unreadable: {exc}",

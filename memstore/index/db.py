@@ -40,16 +40,21 @@ class IndexCorruptError(IndexUnavailableError):
     """The index file is damaged; it will be set aside and rebuilt."""
 
 
-def is_busy(exc: sqlite3.Error) -> bool:
+def is_busy(exc: Exception) -> bool:
     message = str(exc).lower()
     return "locked" in message or "busy" in message
 
 
+DatabaseFault = (sqlite3.Error, UnicodeDecodeError)
+"""What a damaged database file can raise: SQLite errors, and messages or text that are not UTF-8."""
+
 CORRUPTION_MARKERS = ("malformed", "not a database", "corrupt", "no such table", "no such column", "no such index")
 
 
-def is_corruption(exc: sqlite3.Error) -> bool:
+def is_corruption(exc: Exception) -> bool:
     """Errors that mean the index file itself is bad, as opposed to busy, full, or a query SQLite refused."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True
     message = str(exc).lower()
     return any(marker in message for marker in CORRUPTION_MARKERS)
 
@@ -57,7 +62,6 @@ def is_corruption(exc: sqlite3.Error) -> bool:
 def configure(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA temp_store = MEMORY")
 
 
 class IndexFile:
@@ -78,13 +82,13 @@ class IndexFile:
                 continue
             try:
                 conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            except sqlite3.Error as exc:
+            except DatabaseFault as exc:
                 self.set_aside(f"cannot open: {exc}")
                 continue
             try:
                 configure(conn)
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-            except sqlite3.Error as exc:
+            except DatabaseFault as exc:
                 conn.close()
                 if is_busy(exc):
                     raise IndexBusyError(f"index busy: {exc}") from exc
