@@ -312,6 +312,9 @@ class Bench:
         m["rebuild_seconds"] = float(child["rebuild_s"])
         m["rebuild_peak_rss_mb"] = child["rss_peak_kb"] / 1024.0
         m["index_bytes"] = index_bytes
+        m["index_files_bytes"] = {
+            path.name: path.stat().st_size for path in sorted(self.index_dir().glob("*")) if path.is_file()
+        }
         m["index_over_jsonl"] = index_bytes / self.dataset_bytes if self.dataset_bytes else None
         self.log(
             f"  built in {seconds:.2f} s (reindex --full {child['rebuild_s']:.2f} s), "
