@@ -6,7 +6,6 @@ the question is "what does this cost at best", e.g. interpreter start-up).
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import math
@@ -118,15 +117,3 @@ def wall_clock_of_process(argv: Sequence[str], *, times: int, cwd: Path | None =
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed: {proc.stderr.decode(errors='replace').strip()}")
     return samples
-
-
-def directory_bytes(path: Path) -> int:
-    """Total size of the regular files under ``path`` (0 when it does not exist)."""
-    total = 0
-    if not path.exists():
-        return 0
-    for dirpath, _dirnames, filenames in os.walk(path):
-        for name in filenames:
-            with contextlib.suppress(FileNotFoundError):  # a WAL file may vanish meanwhile
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total

@@ -45,7 +45,6 @@ from benchmarks.generate import (
 )
 from benchmarks.measure import (
     REPO_ROOT,
-    directory_bytes,
     median,
     python_env,
     quiet_gc,
@@ -65,20 +64,45 @@ CATCHUP_ROUNDS = {1: 7, 100: 3, 10_000: 1}
 NOCHANGE_CALLS = 2_000
 
 BUILD_CHILD = """
-import json, resource, sys, time
+import json, os, resource, sys, time
+
+
+def peak_kb():
+    # VmHWM is this process's own high-water mark.  ru_maxrss is not: Linux carries the
+    # parent's peak across fork+exec, so the child of a big bench process reports that.
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def index_files(directory):
+    if not os.path.isdir(directory):
+        return {}
+    paths = ((name, os.path.join(directory, name)) for name in sorted(os.listdir(directory)))
+    return {name: os.path.getsize(path) for name, path in paths if os.path.isfile(path)}
+
+
+root, probe = sys.argv[1], sys.argv[2]
+index_dir = os.path.join(root, ".teaagent", "index")
 from memstore.catalog import MemoryCatalog
-rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-catalog = MemoryCatalog(sys.argv[1])
+rss_before = peak_kb()
+catalog = MemoryCatalog(root)
 started = time.perf_counter()
-catalog.search(sys.argv[2])  # no index yet: the first query builds it (the path every user takes)
+catalog.search(probe)  # no index yet: the first query builds it (the path every user takes)
 built = time.perf_counter() - started
-rss_build = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rss_build = peak_kb()
+files_build = index_files(index_dir)
 started = time.perf_counter()
-report = catalog.reindex(full=True)  # an explicit rebuild over the existing index
+catalog.reindex(full=True)  # an explicit rebuild over the existing index
 rebuilt = time.perf_counter() - started
-rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"build_s": built, "rebuild_s": rebuilt, "rss_before_kb": rss_before,
-                  "rss_build_kb": rss_build, "rss_peak_kb": rss_peak}))
+                  "rss_build_kb": rss_build, "rss_peak_kb": peak_kb(), "files_build": files_build,
+                  "files_rebuild": index_files(index_dir)}))
 """
 
 PREFLIGHT_LINES = 2_000
@@ -303,7 +327,8 @@ class Bench:
         self.log("full build in a child process")
         shutil.rmtree(self.index_dir(), ignore_errors=True)
         child = run_python(BUILD_CHILD, str(self.work_root), ABSENT_TOKEN)
-        index_bytes = directory_bytes(self.index_dir())
+        index_bytes = sum(child["files_build"].values())
+        rebuilt_bytes = sum(child["files_rebuild"].values())
         m = self.metrics
         m["build_seconds"] = seconds = float(child["build_s"])
         m["build_rows_per_s"] = self.entry_count / seconds if seconds > 0 else None
@@ -312,13 +337,14 @@ class Bench:
         m["rebuild_seconds"] = float(child["rebuild_s"])
         m["rebuild_peak_rss_mb"] = child["rss_peak_kb"] / 1024.0
         m["index_bytes"] = index_bytes
-        m["index_files_bytes"] = {
-            path.name: path.stat().st_size for path in sorted(self.index_dir().glob("*")) if path.is_file()
-        }
+        m["index_files_bytes"] = child["files_build"]
         m["index_over_jsonl"] = index_bytes / self.dataset_bytes if self.dataset_bytes else None
+        m["rebuilt_index_bytes"] = rebuilt_bytes
+        m["rebuilt_index_over_jsonl"] = rebuilt_bytes / self.dataset_bytes if self.dataset_bytes else None
         self.log(
             f"  built in {seconds:.2f} s (reindex --full {child['rebuild_s']:.2f} s), "
-            f"peak RSS {m['build_peak_rss_mb']:.0f} MB, index {index_bytes / 1e6:.1f} MB"
+            f"peak RSS {m['build_peak_rss_mb']:.0f} MB, index {index_bytes / 1e6:.1f} MB "
+            f"({rebuilt_bytes / 1e6:.1f} MB after the rebuild)"
         )
 
     def first_queries(self) -> None:

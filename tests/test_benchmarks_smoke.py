@@ -8,6 +8,7 @@ import json
 import random
 import re
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -288,7 +289,9 @@ def _tiny_options(tmp_path: Path, **overrides: object) -> Options:
 @pytest.mark.skipif(not index_available(), reason="memstore's index has not landed")
 def test_harness_runs_end_to_end_and_results_are_exact(tmp_path: Path) -> None:
     options = _tiny_options(tmp_path, gate=True)
+    ballast = b"x" * (256 * 1024 * 1024)  # a big parent must not inflate the child's peak RSS
     report = run_benchmarks(options)
+    del ballast
     assert report["exact"], report["mismatches"]
     assert all(q["exact"] for q in report["queries"])
     assert all(card["exact"] for card in report["cards"])
@@ -314,6 +317,9 @@ def test_harness_runs_end_to_end_and_results_are_exact(tmp_path: Path) -> None:
         "catchup_share",
         "nochange_query",
     }
+    if sys.platform.startswith("linux"):
+        assert metrics["build_peak_rss_mb"] < 200, "the child reported its parent's peak RSS"
+    assert "memstore.sqlite3" in metrics["index_files_bytes"]
     results = tmp_path / "results"
     assert json.loads((results / "400-gate.json").read_text())["metrics"] == metrics
     assert "| search p50 over the mix, indexed (ms) |" in (results / "400-gate.md").read_text()
