@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -206,6 +207,22 @@ class QueryResult:
         }
 
 
+def _remove_stale_work(work_dir: Path) -> None:
+    """Delete working copies (``<size>-<pid>``) left by runs that were killed."""
+    if not work_dir.is_dir():
+        return
+    for path in work_dir.iterdir():
+        pid = path.name.rpartition("-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
+
+
 def _ids(entries: Sequence[Any]) -> list[str]:
     return [entry.memory_id for entry in entries]
 
@@ -259,6 +276,7 @@ class Bench:
         if data.generate_seconds is not None:
             self.metrics["generate_seconds"] = data.generate_seconds
             self.log(f"generated {size_label(data.size)} catalog in {data.generate_seconds:.1f} s")
+        _remove_stale_work(self.work_root.parent)
         if self.work_root.exists():
             shutil.rmtree(self.work_root)
         self.jsonl.parent.mkdir(parents=True)
@@ -761,6 +779,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     raw_argv = list(argv if argv is not None else sys.argv[1:])
+    if argv is None:  # as a program: let SIGTERM unwind, so the working copy is removed
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.snapshot is not None:
         forwarded = _without_option(raw_argv, "--snapshot", args.snapshot)
         return run_in_snapshot(

@@ -374,3 +374,21 @@ def test_snapshot_exports_the_committed_tree(tmp_path: Path) -> None:
     assert (root / "benchmarks" / "run.py").is_file()
     assert (root / ".complete").read_text().strip() == sha
     assert export_commit(tmp_path) == (sha, root)  # reused, not exported again
+
+
+def test_working_copies_of_killed_runs_are_removed(tmp_path: Path) -> None:
+    from benchmarks.run import _remove_stale_work
+
+    code = "import os; print(os.getpid())"
+    finished = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    dead_pid = int(finished.stdout)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / f"1m-{dead_pid}").mkdir()
+        (tmp_path / f"1m-{alive.pid}").mkdir()
+        (tmp_path / "notes").mkdir()
+        _remove_stale_work(tmp_path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"1m-{alive.pid}", "notes"])
+    finally:
+        alive.kill()
+        alive.wait()
