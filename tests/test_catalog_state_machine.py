@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from spec_reference import spec_search
 
 from memstore.catalog import MemoryCatalog
 from memstore.models import MemoryEntry
@@ -36,26 +37,6 @@ runs = st.none() | st.sampled_from(RUNS)
 queries = st.lists(st.sampled_from([*WORDS, "pars", "summary", "curated", "ß"]), min_size=1, max_size=2).map(
     " ".join
 ) | st.sampled_from(["", "  "])
-
-
-def model_search(entries: list[MemoryEntry], query: str, limit: int) -> list[MemoryEntry]:
-    """The spec's search, written out plainly: filter, score, order by score, created_at, file order."""
-    tokens = query.strip().lower().split()
-    if not tokens:
-        return []
-    ranked = []
-    for position, entry in enumerate(entries):
-        content = entry.content.lower()
-        in_content = [token in content for token in tokens]
-        in_tags = [any(token in tag for tag in entry.tags) for token in tokens]
-        if all(a or b for a, b in zip(in_content, in_tags, strict=True)):
-            score = 3 * sum(in_content) + 2 * sum(in_tags)
-            score += 4 * ("auto-curated" in entry.tags) + 2 * ("run-summary" in entry.tags)
-            ranked.append((score, entry.created_at, position, entry))
-    ranked.sort(key=lambda item: item[2])
-    ranked.sort(key=lambda item: item[1], reverse=True)
-    ranked.sort(key=lambda item: item[0], reverse=True)
-    return [item[3] for item in ranked[:limit]]
 
 
 class CatalogMachine(RuleBasedStateMachine):
@@ -143,7 +124,7 @@ class CatalogMachine(RuleBasedStateMachine):
 
     @rule(query=queries, limit=st.integers(0, 6))
     def search(self, query: str, limit: int) -> None:
-        assert self.catalog.search(query, limit=limit) == model_search(self.active, query, limit)
+        assert self.catalog.search(query, limit=limit) == spec_search(self.active, query, limit)
 
     @rule(limit=st.integers(0, 6))
     def list(self, limit: int) -> None:

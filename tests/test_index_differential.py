@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spec_reference import spec_search
 
 from memstore.catalog import MemoryCatalog
 from memstore.models import memory_entry_from_payload
@@ -79,21 +80,7 @@ def reference(path: Path) -> list[tuple[int, object]]:
 
 
 def reference_search(path: Path, query: str, limit: int) -> list[object]:
-    tokens = query.strip().lower().split()
-    if not tokens:
-        return []
-    scored = []
-    for order, entry in reference(path):
-        content = entry.content.lower()  # type: ignore[attr-defined]
-        tags = entry.tags  # type: ignore[attr-defined]
-        if not all(t in content or any(t in tag for tag in tags) for t in tokens):
-            continue
-        score = sum(3 * (t in content) + 2 * any(t in tag for tag in tags) for t in tokens)
-        score += 4 * ("auto-curated" in tags) + 2 * ("run-summary" in tags)
-        scored.append((score, entry.created_at, order, entry))  # type: ignore[attr-defined]
-    scored.sort(key=lambda item: item[2])
-    scored.sort(key=lambda item: (item[0], item[1]), reverse=True)
-    return [item[3] for item in scored[:limit]]
+    return list(spec_search([entry for _order, entry in reference(path)], query, limit))  # type: ignore[misc]
 
 
 def assert_same(catalog: MemoryCatalog, queries: list[str]) -> None:
