@@ -31,6 +31,17 @@ from memstore.models import (
 )
 
 
+def parse_line(raw: bytes) -> MemoryEntry | None:
+    """One catalog line the plain way (stdlib json); None for blank, corrupt or invalid lines."""
+    if not raw.strip():
+        return None
+    try:
+        payload = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return memory_entry_from_payload(payload)
+
+
 def naive_search(path: Path, query: str, *, limit: int = 10) -> list[MemoryEntry]:
     """The spec's search: every call re-reads and json-parses the whole file."""
     tokens = query_tokens(query)
@@ -43,13 +54,7 @@ def naive_search(path: Path, query: str, *, limit: int = 10) -> list[MemoryEntry
         return []
     with handle:
         for order, raw in enumerate(handle):
-            if not raw.strip():
-                continue
-            try:
-                payload = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                continue
-            entry = memory_entry_from_payload(payload)
+            entry = parse_line(raw)
             if entry is not None and memory_matches(entry, tokens):
                 scored.append((memory_relevance_score(entry, tokens), entry.created_at, order, entry))
     return rank_matches(scored, limit)
@@ -60,13 +65,7 @@ def load_entries(path: Path) -> list[MemoryEntry]:
     entries: list[MemoryEntry] = []
     with open(path, "rb") as handle:
         for raw in handle:
-            if not raw.strip():
-                continue
-            try:
-                payload = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                continue
-            entry = memory_entry_from_payload(payload)
+            entry = parse_line(raw)
             if entry is not None:
                 entries.append(entry)
     return entries

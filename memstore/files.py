@@ -12,7 +12,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -216,7 +215,7 @@ def fsync_dir(directory: Path) -> None:
 
 
 def temp_path_for(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    return path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat_result:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import Callable
@@ -130,7 +129,7 @@ class IndexFile:
                 for leftover in self.directory.glob(f"{INDEX_FILENAME}.build-*"):
                     with contextlib.suppress(OSError):
                         leftover.unlink()
-                tmp = self.path.with_name(f"{INDEX_FILENAME}.build-{os.getpid()}-{secrets.token_hex(4)}")
+                tmp = self.path.with_name(f"{INDEX_FILENAME}.build-{os.getpid()}-{os.urandom(4).hex()}")
                 try:
                     self._build_into(tmp, populate)
                     for suffix in ("-wal", "-shm", "-journal"):
@@ -195,7 +194,7 @@ class IndexFile:
             return
         log.warning("memstore index %s is unusable (%s); rebuilding it from the files", self.path, reason)
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        damaged = self.path.with_name(f"{INDEX_FILENAME}.damaged-{stamp}-{secrets.token_hex(2)}")
+        damaged = self.path.with_name(f"{INDEX_FILENAME}.damaged-{stamp}-{os.urandom(2).hex()}")
         os.replace(self.path, damaged)
         for suffix in ("-wal", "-shm"):
             with contextlib.suppress(FileNotFoundError):
