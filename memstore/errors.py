@@ -37,6 +37,14 @@ class StorageError(MemstoreError, OSError):
     """Reading or durably writing a canonical file failed; nothing was acknowledged."""
 
 
+class NotRegularFileError(StorageError):
+    """A canonical file's path holds a symbolic link, a directory or another non-regular file.
+
+    memstore neither follows such a link nor replaces it: the data behind it is not
+    the store's, and a rewrite would silently fork it into a private copy.
+    """
+
+
 class LockError(StorageError):
     """The cross-process lock could not be taken (or was used across a fork)."""
 

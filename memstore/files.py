@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from memstore.errors import LockError, StorageError
+from memstore.errors import LockError, NotRegularFileError, StorageError
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
@@ -40,10 +41,79 @@ def storage_error(action: str, path: Path | str, exc: OSError) -> StorageError:
     return err
 
 
-def ensure_dir(path: Path, *, private: bool = False) -> None:
-    """Create a directory (and parents); private directories get 0700 regardless of umask."""
+def not_regular(path: Path | str, what: str) -> NotRegularFileError:
+    err = NotRegularFileError(
+        errno.ELOOP if what == "a symbolic link" else errno.EINVAL,
+        f"{path} is {what}, not a regular file: memstore neither follows nor replaces it",
+    )
+    err.filename = str(path)
+    return err
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
+
+
+def open_regular(path: Path, flags: int, mode: int = DEFAULT_FILE_MODE) -> int:
+    """Open a canonical file, refusing anything but a regular file at ``path`` itself.
+
+    A symbolic link is never followed (``O_NOFOLLOW``): a link committed to a
+    repository could point anywhere, and replacing it on a rewrite would fork the data
+    into a private copy.  ``O_NONBLOCK`` keeps a named pipe from blocking the open.
+    Other OSErrors (``FileNotFoundError`` included) propagate for the caller to map.
+    """
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR):
+            try:
+                st_mode = os.lstat(path).st_mode
+            except OSError:
+                raise exc from None
+            if stat.S_ISREG(st_mode):
+                raise  # a loop in a parent directory's links, not at the file itself
+            raise not_regular(path, _kind(st_mode)) from None
+        raise
+    try:
+        st_mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st_mode):
+        os.close(fd)
+        raise not_regular(path, _kind(st_mode))
+    return fd
+
+
+def ensure_dir(path: Path, *, private: bool = False) -> None:
+    """Create a directory (and parents); private directories get 0700 regardless of umask.
+
+    Each directory created is made durable by an fsync of its parent, so a file
+    acknowledged inside it cannot vanish with the directory on power loss.
+    """
+    try:
+        missing: list[Path] = []
+        current = path
+        while not current.is_dir() and current.parent != current:
+            missing.append(current)
+            current = current.parent
+        for directory in reversed(missing):
+            try:
+                os.mkdir(directory)
+            except FileExistsError:
+                if not directory.is_dir():
+                    raise
+            fsync_dir(directory.parent)
         if private:
             os.chmod(path, PRIVATE_DIR_MODE)
     except OSError as exc:
@@ -76,7 +146,8 @@ class FileLock:
         if getattr(self._local, "fd", None) is not None:
             raise LockError(errno.EDEADLK, f"lock {self.path} is already held by this thread")
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._mode)
+            # Never through a link: a lock file is untrusted and may point out of the store.
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
         except OSError as exc:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.path}: {exc.strerror}") from exc
         try:
@@ -123,18 +194,36 @@ class AppendResult:
     end: int
 
 
+def _open_for_append(path: Path, mode: int) -> tuple[int, bool]:
+    """Open (or create) a regular file for appending; True when this call created it."""
+    flags = os.O_RDWR | os.O_APPEND
+    while True:
+        try:
+            return open_regular(path, flags), False
+        except FileNotFoundError:
+            pass
+        try:
+            return open_regular(path, flags | os.O_CREAT | os.O_EXCL, mode), True
+        except FileExistsError:
+            continue  # created by someone else in between: open theirs
+
+
 def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> AppendResult:
     """Append one whole line durably. The caller holds the file group's lock.
 
     If the file does not end with a newline, one is written first so the new line
     is never glued onto a torn or unterminated last line.  On a failed write the
     file is truncated back to its old size; on a failed fsync the error propagates
-    and nothing is acknowledged.
+    and nothing is acknowledged.  A file this call creates has its directory fsynced
+    too: otherwise the new name, and with it the first entry, may not survive a
+    power loss.  Anything but a regular file at ``path`` is refused.
     """
     if not line.endswith(b"\n"):
         line += b"\n"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
+        fd, created = _open_for_append(path, mode)
+    except StorageError:
+        raise
     except OSError as exc:
         raise storage_error("open", path, exc) from exc
     try:
@@ -152,6 +241,11 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
             os.fsync(fd)
         except OSError as exc:
             raise storage_error("fsync", path, exc) from exc
+        if created:
+            try:
+                fsync_dir(path.parent)
+            except OSError as exc:
+                raise storage_error("fsync directory of", path, exc) from exc
         return AppendResult(start=size + 1 if glued else size, end=size + len(line))
     finally:
         os.close(fd)
@@ -167,9 +261,11 @@ def cut_torn_tail(path: Path, *, is_whole: Callable[[bytes], bool]) -> Path | No
     MAX_LINE_BYTES (readers skip it anyway), is left alone.  Returns the copy's path.
     """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = open_regular(path, os.O_RDWR)
     except FileNotFoundError:
         return None
+    except StorageError:
+        raise
     except OSError as exc:
         raise storage_error("open", path, exc) from exc
     try:
@@ -222,15 +318,19 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
     """Replace ``path`` with ``data`` so readers see the old or the new bytes, never a mix.
 
     Returns the stat of the new file (taken from the temp file's descriptor before the
-    replace), which the index records so it can recognise its own rewrite.
+    replace), which the index records so it can recognise its own rewrite.  Anything
+    but a regular file at ``path`` (a symbolic link above all) is refused, not replaced.
     """
+    try:
+        current: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        current = None
+    except OSError as exc:
+        raise storage_error("stat", path, exc) from exc
+    if current is not None and not stat.S_ISREG(current.st_mode):
+        raise not_regular(path, _kind(current.st_mode))
     if mode is None:
-        try:
-            mode = os.stat(path).st_mode & 0o777
-        except FileNotFoundError:
-            mode = DEFAULT_FILE_MODE
-        except OSError as exc:
-            raise storage_error("stat", path, exc) from exc
+        mode = DEFAULT_FILE_MODE if current is None else current.st_mode & 0o777
     tmp = temp_path_for(path)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
@@ -240,7 +340,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
         try:
             _write_all(fd, data)
             os.fsync(fd)
-            stat = os.fstat(fd)
+            written = os.fstat(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -252,7 +352,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
         fsync_dir(path.parent)
     except OSError as exc:
         raise storage_error("fsync directory of", path, exc) from exc
-    return stat
+    return written
 
 
 def remove_stale_temps(path: Path) -> int:
@@ -329,12 +429,17 @@ def _line_bytes(fd: int, start: int, stop: int, chunk: bytes, chunk_pos: int) ->
 
 
 def open_for_read(path: Path) -> int | None:
-    """Open a canonical file for reading; ``None`` when it does not exist."""
+    """Open a canonical file for reading; ``None`` when it does not exist.
+
+    Anything but a regular file at ``path`` raises NotRegularFileError (see open_regular).
+    """
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return open_regular(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     except NotADirectoryError:
         return None
+    except StorageError:
+        raise
     except OSError as exc:
         raise storage_error("open", path, exc) from exc
