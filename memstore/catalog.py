@@ -37,7 +37,7 @@ from memstore.files import (
 )
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.index.db import IndexBusyError
-from memstore.jsonl import decode_entry, encode_entry, is_blank
+from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScanResult, scan_list, scan_search, scan_show
 
@@ -448,8 +448,12 @@ def _readable(line: bytes) -> bytes:
 
 
 def _is_whole_line(data: bytes) -> bool:
-    """An unterminated last line worth keeping: blank, or an entry readers already see."""
-    return is_blank(data) or decode_entry(data) is not None
+    """An unterminated last line that is no torn write: blank, or complete JSON (an entry or not).
+
+    Every line memstore writes is a JSON object, and no strict prefix of one parses,
+    so only bytes that do not parse can be a write cut short.
+    """
+    return is_blank(data) or is_json(data)
 
 
 def _require_str(name: str, value: object) -> None:

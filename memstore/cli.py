@@ -309,6 +309,8 @@ def _json_object(text: str | None, option: str) -> dict[str, Any]:
         value = json.loads(text or "")
     except ValueError as exc:
         raise click.BadParameter(f"not valid JSON ({exc})", param_hint=option) from None
+    except RecursionError:
+        raise click.BadParameter("not valid JSON (nested too deeply)", param_hint=option) from None
     if not isinstance(value, dict):
         raise click.BadParameter("must be a JSON object", param_hint=option)
     return value

@@ -4,6 +4,10 @@ orjson is only a fast path: whenever it refuses a line (NaN, lone surrogates,
 huge numbers, deep nesting) the stdlib parser decides, so results never depend on
 whether orjson is installed.  For catalog entries the two agree on every line
 orjson accepts, because every field that matters must be a string.
+
+A line may start with a UTF-8 byte order mark (editors put one at the start of a
+file); it is dropped before parsing, as ``bytes.decode('utf-8-sig')`` would.  This
+is the one place lines are decoded, so the scan, the index and the writers agree.
 """
 
 from __future__ import annotations
@@ -11,7 +15,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memstore.errors import ArgumentTypeError, InvalidArgumentError
 from memstore.models import MemoryEntry, memory_entry_from_payload
+
+BOM = b"\xef\xbb\xbf"
+MAX_EXTRA_DEPTH = 64
+"""How deeply a written line's extra values (provenance) may nest: far inside what every
+reader parses (orjson stops at 1024 levels, the stdlib at its recursion limit), so an
+acknowledged line is always readable."""
 
 _orjson: Any
 try:  # pragma: no cover - exercised by both CI variants
@@ -21,7 +32,9 @@ except ImportError:  # pragma: no cover
 
 
 def parse_json_bytes(data: bytes) -> Any:
-    """Parse one line as ``json.loads(data.decode('utf-8'))`` would; raise ValueError if invalid."""
+    """Parse one line as ``json.loads(data.decode('utf-8-sig'))`` would; raise ValueError if invalid."""
+    if data.startswith(BOM):
+        data = data[len(BOM) :]
     if _orjson is not None:
         try:
             return _orjson.loads(data)
@@ -44,13 +57,59 @@ def decode_entry(data: bytes | None) -> MemoryEntry | None:
     return memory_entry_from_payload(payload)
 
 
+def is_json(data: bytes | None) -> bool:
+    """True when the line is one complete JSON value (of any kind)."""
+    if data is None:
+        return False
+    try:
+        parse_json_bytes(data)
+    except ValueError:
+        return False
+    return True
+
+
 def is_blank(data: bytes | None) -> bool:
-    """Blank lines are skipped silently; everything else that fails to parse is corrupt."""
-    return data is not None and not data.strip()
+    """Blank lines (a lone BOM counts as blank) are skipped silently; what fails to parse is corrupt."""
+    return data is not None and not data.removeprefix(BOM).strip()
 
 
 def encode_entry(entry: MemoryEntry, **extra: Any) -> bytes:
-    """The on-disk form: ``json.dumps(..., sort_keys=True)`` with default separators, plus newline."""
+    """The on-disk form: ``json.dumps(..., sort_keys=True)`` with default separators, plus newline.
+
+    Strict JSON only: an extra value JSON cannot hold (a datetime, set, bytes, a
+    circular or too deeply nested structure, NaN or infinity) raises a typed error
+    (ArgumentTypeError for a type, InvalidArgumentError for a value) and nothing is written.
+    """
     payload = entry.to_dict()
+    for name, value in extra.items():
+        _check_nesting(name, value, depth=0, parents=set())
     payload.update(extra)
-    return (json.dumps(payload, sort_keys=True) + "\n").encode("utf-8")
+    try:
+        text = json.dumps(payload, sort_keys=True, allow_nan=False)
+    except TypeError as exc:
+        raise ArgumentTypeError(f"{_names(extra)} cannot be written as JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgumentError(f"{_names(extra)} cannot be written as JSON: {exc}") from None
+    return (text + "\n").encode("utf-8")
+
+
+def _names(extra: dict[str, Any]) -> str:
+    return " or ".join(sorted(extra)) or "memory entry"
+
+
+def _check_nesting(name: str, value: Any, *, depth: int, parents: set[int]) -> None:
+    """Refuse circular and too deeply nested containers before json.dumps recurses into them."""
+    if isinstance(value, dict):
+        children: Any = value.values()
+    elif isinstance(value, (list, tuple)):
+        children = value
+    else:
+        return
+    if depth >= MAX_EXTRA_DEPTH:
+        raise InvalidArgumentError(f"{name} cannot be written as JSON: nested more than {MAX_EXTRA_DEPTH} levels deep")
+    if id(value) in parents:
+        raise InvalidArgumentError(f"{name} cannot be written as JSON: it contains itself (a circular reference)")
+    parents.add(id(value))
+    for child in children:
+        _check_nesting(name, child, depth=depth + 1, parents=parents)
+    parents.discard(id(value))
