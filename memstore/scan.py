@@ -36,11 +36,12 @@ class ScanResult:
 EMPTY_SCAN = ScanResult(entries=(), corrupt=0, blank=0, size=0)
 
 
-def scan_fd(fd: int) -> ScanResult:
-    """Read every line of an open catalog file into entries, counting corrupt lines."""
+def scan_fd(fd: int, *, size: int | None = None) -> ScanResult:
+    """Read every line of an open catalog file (its first ``size`` bytes) into entries, counting corrupt lines."""
     entries: list[ScannedEntry] = []
     corrupt = blank = 0
-    size = os.fstat(fd).st_size
+    if size is None:
+        size = os.fstat(fd).st_size
     for raw in iter_raw_lines(fd, stop=size):
         if is_blank(raw.data):
             blank += 1
@@ -54,17 +55,19 @@ def scan_fd(fd: int) -> ScanResult:
 
 
 class ScanCache:
-    """Caches the last scan of one file, keyed on (dev, inode, size, mtime_ns).
+    """Caches the last scan of one file, keyed on (dev, inode, size, mtime_ns, ctime_ns).
 
-    A file modified within RACY_WINDOW_NS of the moment it was scanned is scanned
-    again (as git does): filesystem timestamps are coarse, and a rewrite can reuse
-    a freed inode with the same size within one timestamp tick.
+    The ctime is in the key because anyone can set the mtime back (``os.utime``,
+    ``touch -r``, tools that preserve times), while the kernel moves the ctime on
+    every change.  A file whose mtime or ctime lies within RACY_WINDOW_NS of the
+    moment the cache was filled is scanned again (as git does): timestamps are
+    coarse, so a same-size change in the same tick leaves every stat field as it was.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._key: tuple[int, int, int, int] | None = None
-        self._scanned_ns = 0
+        self._key: tuple[int, int, int, int, int] | None = None
+        self._filled_ns = 0
         self._result = EMPTY_SCAN
 
     def read(self) -> ScanResult:
@@ -73,12 +76,13 @@ class ScanCache:
             return EMPTY_SCAN
         try:
             st = os.fstat(fd)
-            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            if key != self._key or st.st_mtime_ns >= self._scanned_ns - RACY_WINDOW_NS:
-                scanned_ns = time.time_ns()
-                self._result = scan_fd(fd)
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            racy = max(st.st_mtime_ns, st.st_ctime_ns) >= self._filled_ns - RACY_WINDOW_NS
+            if key != self._key or racy:
+                filled_ns = time.time_ns()  # before reading: a change during the scan stays racy
+                self._result = scan_fd(fd, size=st.st_size)
                 self._key = key
-                self._scanned_ns = scanned_ns
+                self._filled_ns = filled_ns
             return self._result
         finally:
             os.close(fd)
