@@ -4,13 +4,15 @@ One entry is one line, ``- <created_at> — <text>``, appended under
 ``<root>/.teaagent/team-memory.lock`` and never rewritten.  Because the format is
 one line per entry, line breaks inside an entry (``\\n``, ``\\r``, and the other
 separators ``str.splitlines`` knows) are collapsed: each line is stripped and the
-non-empty ones are joined with single spaces.
+non-empty ones are joined with single spaces.  Reading splits on ``\n``, ``\r\n``
+and a lone ``\r`` (files saved by other editors) and drops a leading UTF-8 BOM.
 """
 
 from __future__ import annotations
 
 import builtins
 import os
+import re
 from pathlib import Path
 
 from memstore.errors import ArgumentTypeError, EmptyContentError
@@ -19,6 +21,7 @@ from memstore.models import check_limit, utc_now_iso
 
 EMPTY_PROMPT = "[team-memory] No shared team context available."
 CHARS_PER_TOKEN = 4
+LINE_BREAK = re.compile("\r\n|\r|\n")
 
 
 def one_line(text: str) -> str:
@@ -49,14 +52,17 @@ class TeamMemory:
         return line
 
     def list(self) -> builtins.list[str]:
-        """Every non-empty line, oldest first; ``[]`` when the file does not exist."""
+        """Every line with text, without its line ending, oldest first; ``[]`` when there is no file.
+
+        Lines end at ``\n``, ``\r\n`` or a lone ``\r``; lines of only whitespace are skipped.
+        """
         fd = open_for_read(self.path)
         if fd is None:
             return []
         with os.fdopen(fd, "rb") as handle:
             data = handle.read()
-        lines = data.decode("utf-8", errors="replace").split("\n")
-        return [line.removesuffix("\r") for line in lines if line.strip()]
+        text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
+        return [line for line in LINE_BREAK.split(text) if line.strip()]
 
     def inject_prompt(self, limit_tokens: int = 2048) -> str:
         """A prompt block of the newest entries that fit, printed oldest first.
