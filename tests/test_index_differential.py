@@ -52,17 +52,22 @@ def entry_lines(draw: st.DrawFn) -> bytes:
         # Other tools write UTF-8 without escapes (and other separators).
         with contextlib.suppress(UnicodeEncodeError):
             line = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-    return line + draw(st.sampled_from([b"", b"\r"]))
+    # A UTF-8 BOM, as editors write at the start of a file (or anywhere, after concatenation).
+    return draw(st.sampled_from([b"", b"", b"", b"\xef\xbb\xbf"])) + line + draw(st.sampled_from([b"", b"\r"]))
 
 
 junk_lines = st.sampled_from([b"{", b"}{", b"\xff\xfe", b"[]", b'{"content": "x"}', b"   ", b"", b"null",
+                              b"\xef\xbb\xbf", b"\xef\xbb\xbf\xef\xbb\xbf{}", b"\xef\xbb\xbf  ",
                               b'{"memory_id": "q", "content": "NaN", "created_at": NaN}',
                               b'{"memory_id":"n","content":"nan ok","created_at":"2026","tags":[],"x":NaN}'])
 lines = st.lists(st.one_of(entry_lines(), entry_lines(), junk_lines), max_size=12)
 
 
 def reference(path: Path) -> list[tuple[int, object]]:
-    """Entries in file order, straight from the spec: split on \\n, skip what does not parse."""
+    """Entries in file order, straight from the spec: split on \\n, skip what does not parse.
+
+    Each line is decoded as UTF-8 with an optional leading BOM (README, "Files on disk").
+    """
     if not path.exists():
         return []
     found = []
@@ -70,7 +75,7 @@ def reference(path: Path) -> list[tuple[int, object]]:
         if not raw.strip():
             continue
         try:
-            payload = json.loads(raw.decode("utf-8"))
+            payload = json.loads(raw.decode("utf-8-sig"))
         except (ValueError, RecursionError):
             continue
         entry = memory_entry_from_payload(payload)
