@@ -82,19 +82,20 @@ def encode_entry(entry: MemoryEntry, **extra: Any) -> bytes:
     """
     payload = entry.to_dict()
     for name, value in extra.items():
-        _check_nesting(name, value, depth=0, parents=set())
+        _check_encodable(name, value)
     payload.update(extra)
+    return (json.dumps(payload, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _check_encodable(name: str, value: Any) -> None:
+    """Raise the typed error for a value ``json.dumps`` would refuse, naming the field."""
+    _check_nesting(name, value, depth=0, parents=set())
     try:
-        text = json.dumps(payload, sort_keys=True, allow_nan=False)
+        json.dumps(value, sort_keys=True, allow_nan=False)
     except TypeError as exc:
-        raise ArgumentTypeError(f"{_names(extra)} cannot be written as JSON: {exc}") from None
+        raise ArgumentTypeError(f"{name} cannot be written as JSON: {exc}") from None
     except (ValueError, RecursionError) as exc:
-        raise InvalidArgumentError(f"{_names(extra)} cannot be written as JSON: {exc}") from None
-    return (text + "\n").encode("utf-8")
-
-
-def _names(extra: dict[str, Any]) -> str:
-    return " or ".join(sorted(extra)) or "memory entry"
+        raise InvalidArgumentError(f"{name} cannot be written as JSON: {exc}") from None
 
 
 def _check_nesting(name: str, value: Any, *, depth: int, parents: set[int]) -> None:
