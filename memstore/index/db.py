@@ -189,7 +189,7 @@ class IndexFile:
         st = self._lstat(self.directory)
         if st is not None and not stat.S_ISDIR(st.st_mode):
             kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
-            log.warning("memstore index folder %s is %s; not using it (answering from the files)", self.directory, kind)
+            # Callers log this with a warning when they answer from a scan instead.
             raise IndexUnavailableError(f"the index folder {self.directory} is {kind}; it is not followed")
 
     def _drop_linked_sidecars(self) -> None:
