@@ -24,7 +24,10 @@ def reindex_workspace(
     if not catalog.readonly:
         cards = FailureCardStorage(catalog.root)
         if cards.path.exists():
-            report["failure_cards"] = cards.reindex(full=full)
+            # A full rebuild swaps in a new file: when the cards share it, their rows are built
+            # into it by the catch-up (rebuilding again would drop the catalog's new rows).
+            shared = catalog.directory == cards.path.parent.parent
+            report["failure_cards"] = cards.reindex(full=full and not shared)
     return report
 
 

@@ -240,6 +240,12 @@ def _fresh(template: Path, into: Path) -> Path:
     if into.exists():
         shutil.rmtree(into)
     shutil.copytree(template, into, symlinks=True)
+    if (into / ".teaagent" / "index").is_dir():
+        # A copied index is foreign (its origin names the template's inode): let it be replaced
+        # now, unfaulted, so the run under faults finds the same usable index the template had.
+        MemoryCatalog(into).list(limit=1)
+        if (into / ".teaagent" / "memory" / "failures.json").exists():
+            FailureCardStorage(into).list_active()
     return into
 
 

@@ -9,6 +9,7 @@ matches the open file, and that a damaged index is set aside and rebuilt.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -21,6 +22,9 @@ from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
 from memstore.index.db import DatabaseFault, IndexBusyError, IndexFile, Populate, is_busy, is_corruption
 from memstore.index.source import Change, SourceState
+from memstore.index.trust import Generation
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Progress = Callable[[int, int], None]
@@ -41,6 +45,7 @@ class IndexedSource:
         self.source_path = Path(source_path)
         self.file = index_file
         self._conn: sqlite3.Connection | None = None
+        self._generation: Generation | None = None
         self._pid = 0
         self._mutex = threading.RLock()
         self._progress: Progress | None = None
@@ -64,13 +69,24 @@ class IndexedSource:
     def _populate_hook(self) -> Populate | None:
         return self._populate
 
+    @property
+    def generation(self) -> Generation | None:
+        """(dev, ino) of the index file this handle's connection has open: key per-handle caches on it."""
+        return self._generation if self._conn is not None else None
+
     def _connection(self) -> sqlite3.Connection:
         if self._conn is not None and self._pid == os.getpid():
-            return self._conn
+            # One lstat per query: another handle or process may have swapped in a new file
+            # (reindex --full, a rebuild after damage, a checkout); follow it, with fresh caches.
+            if self.file.generation() == self._generation:
+                return self._conn
+            log.info("index file %s was replaced; reconnecting", self.file.path)
+            self._drop_connection()
         # A connection inherited across fork() must never be used (or closed) here.
         self._conn = None
+        self._generation = None
         self._reset_caches()
-        self._conn = self.file.connect(populate=self._populate_hook())
+        self._conn, self._generation = self.file.connect(populate=self._populate_hook())
         self._pid = os.getpid()
         return self._conn
 
@@ -83,6 +99,7 @@ class IndexedSource:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
         self._conn = None
+        self._generation = None
         self._reset_caches()
 
     def _on_sqlite_error(self, exc: Exception) -> None:
@@ -95,8 +112,9 @@ class IndexedSource:
             raise IndexBusyError(f"index busy: {exc}") from exc
         if not is_corruption(exc):
             raise IndexBusyError(f"index unavailable for this call: {exc}") from exc
+        generation = self._generation
         self._drop_connection()
-        self.file.set_aside(str(exc))
+        self.file.set_aside(str(exc), expected=generation)
 
     @contextlib.contextmanager
     def _open_source(self) -> Iterator[int | None]:
@@ -197,14 +215,18 @@ class IndexedSource:
             try:
                 if fd is None:
                     return {"source": str(self.source_path), "action": "missing", "rows": 0, "seconds": 0.0}
-                creating = not self.file.path.exists()
+                creating = self.file.generation() is None
+                if full:
+                    # A new file, built aside and swapped in: a file is never rebuilt in place.
+                    self._drop_connection()
+                    self.file.rebuild(self._populate)
                 for _attempt in range(ATTEMPTS):
                     try:
                         conn = self._connection()
                         # A brand-new index file was just built from the file: do not build it twice.
-                        report = self._catch_up(conn, fd, force=full and not creating)
-                        if creating and report["action"] == "none":
-                            report["action"] = "built"
+                        report = self._catch_up(conn, fd)
+                        if (creating or full) and report["action"] == "none":
+                            report["action"] = "rebuilt" if full else "built"
                         break
                     except DatabaseFault as exc:
                         self._on_sqlite_error(exc)
@@ -230,7 +252,7 @@ class IndexedSource:
                 info.update(state="missing", entries=0, bytes_indexed=0, bytes_behind=0)
                 return info
             state: SourceState | None = None
-            if self.file.path.exists():
+            if self.file.generation() is not None:
                 try:
                     state = SourceState.load(self._connection(), self.SOURCE_NAME)
                 except DatabaseFault as exc:

@@ -24,12 +24,15 @@ from memstore.cards import (
     card_match_score,
     task_keywords,
 )
-from memstore.index.base import IndexedSource
+from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import IndexFile, Populate
 from memstore.index.source import Change, SourceState
 
 SOURCE_NAME = "failures"
 LoadRecords = Callable[[bytes], list[dict[str, Any]]]
+
+VERIFY_BYTES = 1 << 20
+"""Up to this size failures.json is re-read to check every card an answer returns."""
 
 ACTIVE_SQL = "invalidated = 0 AND (expires_at IS NULL OR expires_at > :now)"
 
@@ -135,6 +138,25 @@ class CardIndex(IndexedSource):
             raise ValueError("indexed card no longer decodes")
         return card
 
+    def _checked(self, fd: int, found: Sequence[tuple[int, FailureCard]]) -> list[FailureCard]:
+        """The cards as failures.json holds them at their positions (re-read when the file is small).
+
+        The index is input: a row it holds is only a claim.  Up to VERIFY_BYTES the file is
+        parsed again and every returned card must equal the record at its position, else the
+        rows are rebuilt; a bigger file relies on the checks made when the index was opened.
+        """
+        size = os.fstat(fd).st_size
+        if not found or size > VERIFY_BYTES:
+            return [card for _row_id, card in found]
+        records = self._load_records(_read_all(fd, size))
+        checked = []
+        for row_id, card in found:
+            held = FailureCard.from_dict(records[row_id - 1]) if 0 < row_id <= len(records) else None
+            if held is None or held != card:
+                raise StaleRowError(f"card row {row_id} is not what failures.json holds")
+            checked.append(held)
+        return checked
+
     def _odd_cards(self, conn: sqlite3.Connection) -> list[tuple[int, FailureCard]]:
         rows = conn.execute("SELECT id, data FROM card WHERE odd = 1 ORDER BY id").fetchall()
         return [(row_id, self._card(data)) for row_id, data in rows]
@@ -144,7 +166,7 @@ class CardIndex(IndexedSource):
     ) -> list[FailureCard]:
         """Active cards by score desc, timestamp desc, file order; exactly as the scan ranks them."""
 
-        def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
+        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> list[FailureCard]:
             params: dict[str, Any] = {"now": now, "k": limit, "kw": json.dumps(sorted(keywords))}
             usable = [path for path in paths if path and _encodable(path)]
             params.update({f"p{i}": path for i, path in enumerate(usable)})
@@ -175,21 +197,21 @@ class CardIndex(IndexedSource):
                     if score > 0:
                         ranked.append((-score, -card.timestamp, row_id, card))
             ranked.sort(key=lambda item: (item[0], item[1], item[2]))
-            return [item[3] for item in ranked[:limit]]
+            return self._checked(fd, [(item[2], item[3]) for item in ranked[:limit]])
 
         return self._read(answer, [])
 
     def list_active(self, now: float) -> list[FailureCard]:
-        def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
-            rows = conn.execute(f"SELECT data FROM card WHERE {ACTIVE_SQL} ORDER BY id", {"now": now})
-            return [self._card(data) for (data,) in rows]
+        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> list[FailureCard]:
+            rows = conn.execute(f"SELECT id, data FROM card WHERE {ACTIVE_SQL} ORDER BY id", {"now": now})
+            return self._checked(fd, [(row_id, self._card(data)) for row_id, data in rows])
 
         return self._read(answer, [])
 
     def get_by_id(self, card_id: str) -> list[FailureCard]:
         """``[card]`` for the first card in file order with this id, ``[]`` when none."""
 
-        def answer(conn: sqlite3.Connection, _fd: int, _state: SourceState) -> list[FailureCard]:
+        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> list[FailureCard]:
             found: list[tuple[int, FailureCard]] = []
             if _encodable(card_id):
                 row = conn.execute(
@@ -198,6 +220,6 @@ class CardIndex(IndexedSource):
                 if row is not None:
                     found.append((row[0], self._card(row[1])))
             found.extend(item for item in self._odd_cards(conn) if item[1].id == card_id)
-            return [min(found, key=lambda item: item[0])[1]] if found else []
+            return self._checked(fd, [min(found, key=lambda item: item[0])]) if found else []
 
         return self._read(answer, [])

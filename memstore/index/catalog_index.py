@@ -299,7 +299,11 @@ class CatalogIndex(IndexedSource):
                     "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
                 )
             }
-            return [known.get(hit.row_id) or self._entry_at(fd, *places[hit.row_id]) for hit in top]
+            found = [known.get(hit.row_id) or self._entry_at(fd, *places[hit.row_id]) for hit in top]
+            # The index is input: a hit is only returned when the entry read back from the file matches.
+            if not all(memory_matches(entry, tokens) for entry in found):
+                raise StaleRowError("an indexed row does not match the entry in the file")
+            return found
 
         return self._read(answer, [])
 

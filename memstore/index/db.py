@@ -1,32 +1,39 @@
 """Opening the index file: fast when it is current, self-healing when it is not.
 
-The warm path is one ``sqlite3.connect`` and a ``PRAGMA user_version`` read.  A
-missing index is built in a temp file under ``build.lock`` and renamed into place
-(no other process can have it open yet); an older schema is migrated with Alembic;
-a newer, corrupt or unreadable one is set aside for inspection and rebuilt.
+The warm path is one ``sqlite3.connect``, a ``PRAGMA user_version`` read and the
+checks of :mod:`memstore.index.trust` (exact schema, built here).  A missing index is
+built in a temp file under ``build.lock`` and renamed into place; an older schema
+this machine built is migrated with Alembic; a newer, corrupt, unreadable, foreign
+or linked one is set aside for inspection and a new file is built (never in place).
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
 import sqlite3
+import stat
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
-from memstore.errors import IndexUnavailableError
+from memstore.errors import IndexUnavailableError, MemstoreError
 from memstore.files import DEFAULT_FILE_MODE, PRIVATE_FILE_MODE, FileLock, ensure_dir, fsync_dir
+from memstore.index.trust import Generation, origin_problem, record_origin, schema_problem
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-SCHEMA_REVISION = "0001"
+SCHEMA_VERSION = 2
+SCHEMA_REVISION = "0002"
 INDEX_DIRNAME = "index"
 INDEX_FILENAME = "memstore.sqlite3"
 BUSY_TIMEOUT_MS = 10_000
 KEEP_DAMAGED = 3
+OPEN_ATTEMPTS = 4
+SIDECARS = ("-wal", "-shm", "-journal")
 
 Populate = Callable[[sqlite3.Connection], None]
 
@@ -47,6 +54,10 @@ def is_busy(exc: Exception) -> bool:
 DatabaseFault = (sqlite3.Error, UnicodeDecodeError)
 """What a damaged database file can raise: SQLite errors, and messages or text that are not UTF-8."""
 
+BUILD_FAULTS = (OSError, sqlite3.Error, ValueError, MemstoreError)
+"""What opening or building an index can raise besides IndexUnavailableError (the folder removed
+meanwhile, a full disk, a damaged file, a source that changed): all mean "answer from a scan"."""
+
 CORRUPTION_MARKERS = ("malformed", "not a database", "corrupt", "no such table", "no such column", "no such index")
 
 
@@ -59,12 +70,27 @@ def is_corruption(exc: Exception) -> bool:
 
 
 def configure(conn: sqlite3.Connection) -> None:
+    # The file is input: its schema may not run SQL functions with side effects.
+    conn.execute("PRAGMA trusted_schema = OFF")
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA synchronous = NORMAL")
 
 
+def _identity(st: os.stat_result) -> Generation:
+    return (st.st_dev, st.st_ino)
+
+
+class _Verdict(enum.Enum):
+    MIGRATE = "migrate"
+
+
 class IndexFile:
-    """The index database beside the canonical files of one directory."""
+    """The index database beside the canonical files of one directory.
+
+    Nothing in the index folder is trusted: links are never followed, and a file is
+    used only when it passes :mod:`memstore.index.trust`; anything else is set aside
+    and a new file is built and renamed into place (never rebuilt in place).
+    """
 
     def __init__(self, store_dir: Path, *, readonly: bool = False, private: bool = False) -> None:
         self.directory = store_dir / INDEX_DIRNAME
@@ -73,58 +99,164 @@ class IndexFile:
         self.private = private
         self._mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
 
-    def connect(self, *, populate: Populate | None = None) -> sqlite3.Connection:
-        """A configured connection to a current index, creating or repairing it when needed."""
-        for _attempt in range(3):
-            if not self.path.exists():
+    # ------------------------------------------------------------------ opening
+
+    def connect(self, *, populate: Populate | None = None) -> tuple[sqlite3.Connection, Generation]:
+        """A configured connection to a verified, current index, and the generation it has open.
+
+        Every failure to open, verify or build becomes :class:`IndexUnavailableError`
+        (the caller answers from a scan).
+        """
+        try:
+            return self._connect(populate)
+        except IndexUnavailableError:
+            raise
+        except BUILD_FAULTS as exc:
+            raise IndexUnavailableError(f"cannot open the index at {self.path}: {exc}") from exc
+
+    def _connect(self, populate: Populate | None) -> tuple[sqlite3.Connection, Generation]:
+        for _attempt in range(OPEN_ATTEMPTS):
+            self._check_directory()
+            st = self._lstat(self.path)
+            if st is None:
                 self._create(populate)
                 continue
+            if not stat.S_ISREG(st.st_mode):
+                self.set_aside("not a regular file (a symlink is never followed)", expected=_identity(st))
+                continue
+            self._drop_linked_sidecars()
             try:
-                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(
+                    f"file:{urllib.parse.quote(str(self.path))}?mode=rw",
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
             except DatabaseFault as exc:
-                self.set_aside(f"cannot open: {exc}")
+                if self._lstat(self.path) is None:
+                    continue  # removed meanwhile: build it
+                self.set_aside(f"cannot open: {exc}", expected=_identity(st))
                 continue
             try:
                 configure(conn)
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                verdict = self._verify(conn, st)
             except DatabaseFault as exc:
                 conn.close()
                 if is_busy(exc):
                     raise IndexBusyError(f"index busy: {exc}") from exc
-                self.set_aside(f"unreadable: {exc}")
+                self.set_aside(f"unreadable: {exc}", expected=_identity(st))
                 continue
-            if version == SCHEMA_VERSION:
-                return conn
+            after = self._lstat(self.path)
+            if after is None or _identity(after) != _identity(st):
+                conn.close()  # another process swapped a file in while this one was read: look again
+                continue
+            if verdict is None:
+                return conn, _identity(st)
             conn.close()
-            if 0 < version < SCHEMA_VERSION:
-                self._migrate()
+            if verdict is _Verdict.MIGRATE:
+                self._migrate(_identity(st))
             else:
-                self.set_aside(f"schema version {version}, expected {SCHEMA_VERSION}")
+                self.set_aside(verdict, expected=_identity(st))
         raise IndexUnavailableError(f"cannot open or rebuild the index at {self.path}")
 
+    @staticmethod
+    def _verify(conn: sqlite3.Connection, st: os.stat_result) -> str | _Verdict | None:
+        """None when the file may be used; else what to do with it (migrate, or why it is set aside)."""
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return schema_problem(conn) or origin_problem(conn, st)
+        if 0 < version < SCHEMA_VERSION:
+            # Only a file this machine built is worth migrating; anything else is rebuilt.
+            return origin_problem(conn, st) or _Verdict.MIGRATE
+        return f"schema version {version}, expected {SCHEMA_VERSION}"
+
+    def generation(self) -> Generation | None:
+        """(dev, ino) of the regular file now at the index path; None when there is none."""
+        st = self._lstat(self.path)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            return None
+        return _identity(st)
+
+    @staticmethod
+    def _lstat(path: Path) -> os.stat_result | None:
+        try:
+            return os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def _check_directory(self) -> None:
+        """The index folder must be a real directory: a link (e.g. committed) is never followed."""
+        st = self._lstat(self.directory)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            # Callers log this with a warning when they answer from a scan instead.
+            raise IndexUnavailableError(f"the index folder {self.directory} is {kind}; it is not followed")
+
+    def _drop_linked_sidecars(self) -> None:
+        """SQLite opens -wal, -shm and -journal itself, following links: remove any that is not a file."""
+        for suffix in SIDECARS:
+            path = Path(f"{self.path}{suffix}")
+            st = self._lstat(path)
+            if st is None or stat.S_ISREG(st.st_mode):
+                continue
+            if self.readonly:
+                raise IndexUnavailableError(f"readonly catalog: {path} is not a regular file")
+            log.warning("removing %s: not a regular file (SQLite would follow it)", path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise IndexUnavailableError(f"{path} is not a regular file and cannot be removed: {exc}") from exc
+
+    # ------------------------------------------------------------------ building
+
     def _build_lock(self) -> FileLock:
-        return FileLock(self.directory / "build.lock", mode=self._mode)
+        lock = self.directory / "build.lock"
+        st = self._lstat(lock)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            log.warning("removing %s: not a regular file (a lock is never taken through a link)", lock)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)
+        return FileLock(lock, mode=self._mode)
 
     def _ensure_directory(self) -> None:
-        if self.readonly and not self.directory.is_dir():
+        if self.readonly and self._lstat(self.directory) is None:
             raise IndexUnavailableError("readonly catalog: the index does not exist and is not created")
-        if not self.directory.is_dir():
+        if self._lstat(self.directory) is None:
             ensure_dir(self.directory, private=self.private)
+            self._check_directory()
             ignore = self.directory / ".gitignore"
             with contextlib.suppress(FileExistsError):
-                fd = os.open(ignore, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, DEFAULT_FILE_MODE)
+                fd = os.open(
+                    ignore, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, DEFAULT_FILE_MODE
+                )
                 try:
                     os.write(fd, b"# memstore's derived index: rebuilt from the canonical files\n*\n")
                 finally:
                     os.close(fd)
+        self._check_directory()
 
     def _create(self, populate: Populate | None) -> None:
         """Build a fresh index in a temp file and rename it into place (under build.lock)."""
+        self._build(populate, replace=None)
+
+    def rebuild(self, populate: Populate | None) -> None:
+        """Build a new file and swap it in atomically (``reindex --full``): never rebuilt in place.
+
+        Handles holding the old file notice the new generation on their next query.
+        """
+        if self.readonly:
+            raise IndexUnavailableError("readonly catalog: the index is not rebuilt")
+        self._build(populate, replace=self.generation())
+
+    def _build(self, populate: Populate | None, *, replace: Generation | None) -> None:
         try:
             self._ensure_directory()
             with self._build_lock():
-                if self.path.exists():
-                    return
+                current = self._lstat(self.path)
+                if current is not None and (replace is None or _identity(current) != replace):
+                    return  # another process built (or swapped in) a file meanwhile
                 # Builds cut short by a killed process; none can be running while we hold the lock.
                 for leftover in self.directory.glob(f"{INDEX_FILENAME}.build-*"):
                     with contextlib.suppress(OSError):
@@ -132,7 +264,10 @@ class IndexFile:
                 tmp = self.path.with_name(f"{INDEX_FILENAME}.build-{os.getpid()}-{os.urandom(4).hex()}")
                 try:
                     self._build_into(tmp, populate)
-                    for suffix in ("-wal", "-shm", "-journal"):
+                    if current is not None:
+                        # New openers find no file (and wait for this lock) until the new one is in place.
+                        os.unlink(self.path)
+                    for suffix in SIDECARS:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(f"{self.path}{suffix}")
                     os.replace(tmp, self.path)
@@ -141,58 +276,72 @@ class IndexFile:
                     for leftover in (tmp, Path(f"{tmp}-journal")):
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(leftover)
-        except OSError as exc:
-            raise IndexUnavailableError(f"cannot create the index at {self.path}: {exc}") from exc
-        except sqlite3.Error as exc:
+        except IndexUnavailableError:
+            raise
+        except BUILD_FAULTS as exc:
             raise IndexUnavailableError(f"cannot build the index at {self.path}: {exc}") from exc
 
     def _build_into(self, tmp: Path, populate: Populate | None) -> None:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._mode)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, self._mode)
         os.close(fd)
         from memstore.index.migrate import upgrade_to_head
 
         upgrade_to_head(tmp)
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
+            conn.execute("PRAGMA trusted_schema = OFF")
             conn.execute("PRAGMA journal_mode = OFF")
             conn.execute("PRAGMA synchronous = OFF")
+            record_origin(conn, os.stat(tmp))
+            problem = schema_problem(conn)
+            if problem is not None:  # schema_sql.py fell behind the migrations: a bug, never a wrong answer
+                log.error("a freshly built index fails verification (%s); answering from the files", problem)
+                raise IndexUnavailableError(f"freshly built index fails verification: {problem}")
             if populate is not None:
                 populate(conn)
             conn.execute("PRAGMA journal_mode = WAL")
         finally:
             conn.close()
-        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
 
-    def _migrate(self) -> None:
+    def _migrate(self, expected: Generation) -> None:
         if self.readonly:
             raise IndexUnavailableError("readonly catalog: the index schema is old and is not migrated")
         from memstore.index.migrate import upgrade_to_head
 
         with self._build_lock():
+            if self.generation() != expected:
+                return
             try:
                 upgrade_to_head(self.path)
             except Exception as exc:  # a failed migration of a derived index: rebuild instead
                 log.warning("index migration failed (%s); rebuilding %s", exc, self.path)
-                self._set_aside_locked(f"migration failed: {exc}")
+                self._set_aside_locked(f"migration failed: {exc}", expected)
 
-    def set_aside(self, reason: str) -> None:
-        """Move a damaged index out of the way (kept for inspection) so the next open rebuilds it."""
+    # ------------------------------------------------------------------ setting aside
+
+    def set_aside(self, reason: str, *, expected: Generation | None = None) -> None:
+        """Move an unusable index out of the way (kept for inspection) so the next open builds a new one.
+
+        With ``expected``, only that very file is moved: one another process swapped in meanwhile stays.
+        """
         if self.readonly:
-            raise IndexUnavailableError(f"readonly catalog: the index is damaged ({reason})")
+            raise IndexUnavailableError(f"readonly catalog: the index is unusable ({reason})")
         try:
             with self._build_lock():
-                self._set_aside_locked(reason)
+                self._set_aside_locked(reason, expected)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot set aside the damaged index {self.path}: {exc}") from exc
 
-    def _set_aside_locked(self, reason: str) -> None:
-        if not self.path.exists():
+    def _set_aside_locked(self, reason: str, expected: Generation | None = None) -> None:
+        current = self._lstat(self.path)
+        if current is None or (expected is not None and _identity(current) != expected):
             return
-        log.warning("memstore index %s is unusable (%s); rebuilding it from the files", self.path, reason)
+        log.warning("memstore index %s is unusable (%s); building a new one from the files", self.path, reason)
         stamp = time.strftime("%Y%m%dT%H%M%S")
         damaged = self.path.with_name(f"{INDEX_FILENAME}.damaged-{stamp}-{os.urandom(2).hex()}")
         os.replace(self.path, damaged)
@@ -211,5 +360,5 @@ class IndexFile:
         total = 0
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(OSError):
-                total += os.stat(f"{self.path}{suffix}").st_size
+                total += os.lstat(f"{self.path}{suffix}").st_size
         return total

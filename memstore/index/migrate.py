@@ -10,11 +10,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from memstore.errors import IndexUnavailableError
 from memstore.index.db import SCHEMA_REVISION, SCHEMA_VERSION
 
 
 def _set_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA trusted_schema = OFF")
     cursor.execute("PRAGMA busy_timeout = 10000")
     cursor.close()
 
@@ -24,7 +26,21 @@ def migrations_dir() -> Path:
 
 
 def upgrade_to_head(db_path: Path) -> None:
-    """Bring the schema of ``db_path`` to the newest revision and stamp ``user_version``."""
+    """Bring the schema of ``db_path`` to the newest revision and stamp ``user_version``.
+
+    Any failure (the folder removed meanwhile, a full disk, a damaged file) is an
+    :class:`IndexUnavailableError`: SQLAlchemy's and Alembic's own errors never reach callers.
+    """
+    from alembic.util import CommandError
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        _upgrade(db_path)
+    except (SQLAlchemyError, CommandError, OSError) as exc:
+        raise IndexUnavailableError(f"cannot create or migrate the index schema in {db_path}: {exc}") from exc
+
+
+def _upgrade(db_path: Path) -> None:
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import create_engine, event, text

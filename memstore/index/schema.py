@@ -90,6 +90,17 @@ card_kw = Table(
     sqlite_with_rowid=False,
 )
 
+# Where this file was built: its own (dev, ino) when it was created, and a per-machine tag.
+# One row; a file whose row does not match its actual fstat was not built here.
+origin = Table(
+    "origin",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("dev", Integer, nullable=False),
+    Column("ino", Integer, nullable=False),
+    Column("machine", Text, nullable=False),
+)
+
 # Created by the migrations as raw DDL (SQLAlchemy cannot express them); listed here so
 # tests can compare a migrated database with this declaration.
 RAW_OBJECTS = ("doc_walk", "doc_odd", "doc_fts", "card_odd")
