@@ -177,6 +177,14 @@ def _render(tiers: dict[str, list[str]], max_chars: int) -> str:
         parts += [line for block in blocks for line in block.lines[: block.taken]]
         return sum(len(part) for part in parts) + len(parts) - 1
 
+    # Taking an entry can shorten the text (an "omitted" note disappears from a header),
+    # so a greedy pass may stop short of a text that fits whole: try the whole text first.
+    for block in blocks:
+        block.taken = len(block.lines)
+    if size() <= max_chars:
+        return _joined(blocks)
+    for block in blocks:
+        block.taken = 0
     rank = 0
     while any(not block.closed and rank < len(block.lines) for block in blocks):
         for block in blocks:
@@ -187,5 +195,8 @@ def _render(tiers: dict[str, list[str]], max_chars: int) -> str:
                 block.taken -= 1
                 block.closed = True
         rank += 1
-    text = "\n".join("\n".join([block.header(), *block.lines[: block.taken]]) for block in blocks)
-    return text[:max_chars]
+    return _joined(blocks)[:max_chars]
+
+
+def _joined(blocks: Sequence[_TierBlock]) -> str:
+    return "\n".join("\n".join([block.header(), *block.lines[: block.taken]]) for block in blocks)

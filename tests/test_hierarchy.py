@@ -412,3 +412,14 @@ def test_auto_memory_entries_are_memory_entries(tmp_path: Path) -> None:
     for entry in AutoMemory(tmp_path / ".claude" / "MEMORY.md").entries():
         assert isinstance(entry, MemoryEntry)
         assert entry == MemoryEntry(**entry.to_dict())  # satisfies the invariants unchanged
+
+
+def test_prompt_context_returns_the_whole_text_when_it_fits_exactly(tmp_path: Path, home: Path) -> None:
+    """Regression: a greedy pass saw the longer "(1 more omitted)" header of a tier it had not
+    reached yet and dropped an entry although the whole text fit in max_chars (hypothesis found it)."""
+    write_memory_md(tmp_path, "## H\n- auto one\n- auto two is longer\n")
+    for n in range(4):
+        MemoryCatalog(tmp_path).add(f"project entry {n} " + "x" * (n * 20))
+    hierarchy = MemoryHierarchy(tmp_path, readonly=True)
+    full = hierarchy.to_prompt_context(limit=1, max_chars=100_000)
+    assert hierarchy.to_prompt_context(limit=1, max_chars=len(full)) == full
