@@ -24,8 +24,6 @@ from memstore.team import TeamMemory
 from memstore.workspace import Workspace, status_report
 from tests.mcp_helpers import error_message, run_with_client, server_env, server_params, structured
 
-pytest.importorskip("mcp")
-
 READ_TOOLS = {
     "memory_search",
     "memory_recall",
