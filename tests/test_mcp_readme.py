@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from mcp import Client
 
 from memstore.catalog import MemoryCatalog
