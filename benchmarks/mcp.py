@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.generate import dataset, parse_size, size_label
+from benchmarks.generate import DATA_DIR, dataset, parse_size, size_label
 
 SEARCHES = ("memory", "caltrivo", "memory python", "retry timeout", "error handler config", "the", "zyxwq")
 HELLO = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
@@ -140,9 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=15, help="start-ups of each server (alternating)")
     parser.add_argument("--repeats", type=int, default=30, help="timed calls per query")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR, help="where generated catalogs are cached")
     options = parser.parse_args(argv)
     size = parse_size(options.size)
-    data = dataset("catalog", size)
+    data = dataset("catalog", size, data_dir=options.data_dir)
     with tempfile.TemporaryDirectory(prefix="memstore-mcp-bench-") as work:
         root = Path(work)
         (root / ".teaagent").mkdir()
