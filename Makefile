@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SIZE   ?= 100k
 
-.PHONY: setup demo test lint stress bench bench-ci clean
+.PHONY: setup demo test lint stress bench bench-ci bench-mcp clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,9 @@ bench: $(STAMP)
 
 bench-ci: $(STAMP)
 	$(PY) -m benchmarks.run --size 20k --gate
+
+bench-mcp: $(STAMP)
+	$(PY) -m benchmarks.mcp --size $(SIZE) --json benchmarks/results/mcp-$(SIZE).json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -23,8 +23,9 @@ from typing import Any, TypeVar
 
 import click
 
-from memstore import __version__
-from memstore.errors import MemstoreError, StorageError
+from memstore import __version__, reports
+from memstore.errors import MemstoreError, describe
+from memstore.workspace import open_catalog, workspace_root
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -51,15 +52,10 @@ class Env:
 
 
 def _emit_json(payload: object) -> None:
-    # ensure_ascii: the output stays valid JSON whatever the terminal encoding,
-    # lone surrogates included.
-    click.echo(json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=True, default=_json_default))
-
-
-def _json_default(value: object) -> object:
-    """Library objects by their to_dict(); anything else in a report (a Path, say) as a string."""
-    to_dict = getattr(value, "to_dict", None)
-    return to_dict() if callable(to_dict) else str(value)
+    # ASCII only: the output stays valid JSON whatever the terminal encoding, lone
+    # surrogates included.  The documents themselves come from memstore.reports,
+    # which the MCP server returns too.
+    click.echo(reports.json_text(payload))
 
 
 def _one_line(text: str, width: int | None = CONTENT_WIDTH) -> str:
@@ -177,7 +173,7 @@ def _resolve_env(ctx: click.Context, root: Path | None, as_json: bool) -> Env:
     if root is None:
         root = top.get("root")
     as_json = as_json or bool(top.get("as_json"))
-    return Env(root=Path(root) if root is not None else Path("."), as_json=as_json)
+    return Env(root=workspace_root(root), as_json=as_json)
 
 
 _ROOT_HELP = "Workspace root holding .teaagent/ (default: the current directory)."
@@ -221,14 +217,7 @@ def _limit_option(default: int, what: str) -> Callable[[F], F]:
 
 def _catalog(env: Env, *, for_reading: bool = False) -> Any:
     """The project catalog; a read falls back to readonly when the store exists but cannot be written."""
-    from memstore.catalog import MemoryCatalog
-
-    try:
-        return MemoryCatalog(env.root)
-    except StorageError:
-        if for_reading and (env.root / ".teaagent").is_dir():
-            return MemoryCatalog(env.root, readonly=True)
-        raise
+    return open_catalog(env.root, for_reading=for_reading)
 
 
 def _outcome(env: Env, payload: Mapping[str, Any], done: bool, done_message: str, refused_message: str) -> None:
@@ -299,7 +288,7 @@ def add_command(
     else:
         entry = catalog.add(content, tags=tags, branch_name=branch, run_id=run_id)
     if env.as_json:
-        _emit_json({"entry": entry.to_dict(), "quarantined": quarantine})
+        _emit_json(reports.entry_report(entry, quarantined=quarantine))
     else:
         click.echo(f"{'quarantined' if quarantine else 'added'} {entry.memory_id}")
 
@@ -323,7 +312,7 @@ def list_command(env: Env, limit: int) -> None:
     """List the newest memory entries, newest first."""
     entries = _catalog(env, for_reading=True).list(limit=limit)
     if env.as_json:
-        _emit_json({"count": len(entries), "entries": [entry.to_dict() for entry in entries]})
+        _emit_json(reports.entries_report(entries))
     else:
         click.echo(_entries_table(entries))
 
@@ -338,7 +327,7 @@ def show_command(env: Env, memory_id: str) -> None:
     """
     entry = _catalog(env, for_reading=True).show(memory_id)
     if env.as_json:
-        _emit_json({"entry": entry.to_dict()})
+        _emit_json(reports.entry_report(entry))
     else:
         click.echo(_show_entry(entry))
 
@@ -354,7 +343,7 @@ def search_command(env: Env, query: str, limit: int) -> None:
     """
     entries = _catalog(env, for_reading=True).search(query, limit=limit)
     if env.as_json:
-        _emit_json({"query": query, "count": len(entries), "entries": [entry.to_dict() for entry in entries]})
+        _emit_json(reports.entries_report(entries, query=query))
     else:
         click.echo(_entries_table(entries, empty="no matches"))
 
@@ -401,7 +390,7 @@ def quarantined_command(env: Env, limit: int) -> None:
     """List the newest quarantined entries, newest first."""
     entries = _catalog(env, for_reading=True).list_quarantined(limit=limit)
     if env.as_json:
-        _emit_json({"count": len(entries), "entries": [entry.to_dict() for entry in entries]})
+        _emit_json(reports.entries_report(entries))
     else:
         click.echo(_entries_table(entries, empty="no quarantined entries"))
 
@@ -447,7 +436,7 @@ def failures_list_command(env: Env, active: bool) -> None:
     storage = _failure_cards(env)
     cards = storage.list_active() if active else storage.list_all()
     if env.as_json:
-        _emit_json({"count": len(cards), "cards": [card.to_dict() for card in cards]})
+        _emit_json(reports.cards_report(cards))
     else:
         click.echo(_cards_table(cards))
 
@@ -464,7 +453,7 @@ def failures_show_command(env: Env, card_id: str) -> None:
     if card is None:
         raise Refused(f"failure card not found: {card_id.strip()}")
     if env.as_json:
-        _emit_json({"card": card.to_dict()})
+        _emit_json(reports.card_report(card))
     else:
         click.echo(_fields([*card.to_dict().items(), ("active", card.is_active())]))
 
@@ -482,7 +471,7 @@ def failures_match_command(env: Env, files: tuple[str, ...], task: str, error_ty
     """
     cards = _failure_cards(env).find_matching(list(files), task, error_type, limit)
     if env.as_json:
-        _emit_json({"count": len(cards), "cards": [card.to_dict() for card in cards]})
+        _emit_json(reports.matching_cards_report(cards))
     else:
         click.echo(_cards_table(cards, empty="no matching failure cards"))
 
@@ -574,7 +563,7 @@ def pinned_command(env: Env) -> None:
     """List pinned files."""
     pins = _pins(env).list_all()
     if env.as_json:
-        _emit_json({"count": len(pins), "pinned": [pin.to_dict() for pin in pins]})
+        _emit_json(reports.pins_report(pins))
     elif not pins:
         click.echo("no pinned files")
     else:
@@ -665,12 +654,7 @@ def recall_command(env: Env, query: str, limit: int) -> None:
 
     results = MemoryHierarchy(env.root).search_all(query, limit=limit)
     if env.as_json:
-        _emit_json(
-            {
-                "query": query,
-                **{tier: [entry.to_dict() for entry in entries] for tier, entries in results.items()},
-            }
-        )
+        _emit_json(reports.recall_report(query, results))
     else:
         click.echo(
             "\n\n".join(
@@ -801,7 +785,7 @@ def watch_command(env: Env, debounce_ms: int) -> None:
 
     def report(action: Mapping[str, Any]) -> None:
         if env.as_json:
-            click.echo(json.dumps(action, sort_keys=True, ensure_ascii=True, default=_json_default))
+            click.echo(reports.json_text(action, indent=None))
 
     log_handler = logging.StreamHandler(sys.stderr)
     log_handler.setFormatter(logging.Formatter(f"%(asctime)s {PROG} watch: %(message)s"))
@@ -820,6 +804,33 @@ def watch_command(env: Env, debounce_ms: int) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+# ----------------------------------------------------------------------------- mcp
+
+
+@cli.command("mcp")
+@_root_option()
+@click.option(
+    "--allow-destructive",
+    is_flag=True,
+    help="Also offer memory_delete_by_branch and memory_quarantine_by_branch.",
+)
+@click.pass_context
+def mcp_command(ctx: click.Context, root: Path | None, allow_destructive: bool) -> None:
+    """Serve this workspace's memory to an agent over MCP (stdio).
+
+    Runs until the client closes stdin. See docs/cli.md for the tools and resources.
+    """
+    env = _resolve_env(ctx, root, False)
+    if not env.root.is_dir():
+        raise Refused(f"root is not a directory: {env.root}")
+    try:
+        from memstore.mcp_server import serve
+    except ImportError as exc:
+        raise Refused(f"memstore mcp needs the MCP SDK: pip install 'memstore[mcp]' ({exc})") from None
+
+    serve(env.root, allow_destructive=allow_destructive)
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -847,17 +858,6 @@ def _configure_output() -> None:
 def _error(message: str) -> None:
     flat = " ".join(message.split()) or "unknown error"
     click.echo(f"{PROG}: error: {flat}", err=True)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        text = exc.strerror
-        if exc.filename is not None and str(exc.filename) not in text:
-            text = f"{text}: {exc.filename}"
-        return text
-    if isinstance(exc, ImportError):
-        return f"this command needs a part of memstore that is not available ({exc})"
-    return str(exc) or type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -889,6 +889,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_REFUSED
     except (MemstoreError, OSError, ValueError, TypeError, ImportError) as exc:
-        _error(_describe(exc))
+        _error(describe(exc))
         return EXIT_REFUSED
     return result if isinstance(result, int) else 0

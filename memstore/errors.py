@@ -51,3 +51,20 @@ class LockError(StorageError):
 
 class IndexUnavailableError(MemstoreError):
     """The derived index cannot be opened or refreshed; callers fall back to a scan."""
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line for a person or a model: never a traceback, never several lines.
+
+    OS errors read as their reason and file; a missing optional part of memstore says so;
+    anything else is its message.
+    """
+    if isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror
+        if exc.filename is not None and str(exc.filename) not in text:
+            text = f"{text}: {exc.filename}"
+    elif isinstance(exc, ImportError):
+        text = f"this command needs a part of memstore that is not available ({exc})"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split()) or "unknown error"

@@ -215,6 +215,14 @@ class PinnedFileStorage:
                 self._write(pins)
             return changed
 
+    def refusal(self, file_path: str) -> str | None:
+        """Why ``add`` would refuse ``file_path`` (secret, outside the root, missing, ...); None if it may pin.
+
+        The same checks ``add`` makes, for callers that must tell the reason (the MCP server);
+        "already pinned" is not among them, it is decided under the lock.
+        """
+        return self._refusal(_check_path_arg(file_path))
+
     def _refusal(self, file_path: str) -> str | None:
         reason = _lexical_refusal(file_path)
         if reason is not None:

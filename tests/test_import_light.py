@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ("sqlalchemy", "alembic", "watchdog", "click")
+HEAVY = ("sqlalchemy", "alembic", "watchdog", "click", "mcp", "mcp_types", "pydantic", "anyio")
 
 PROBE = """
 import json, sys
@@ -39,6 +39,28 @@ def loaded_after(touch: list[str]) -> list[str]:
 )
 def test_import_does_not_load_heavy_dependencies(touch: list[str]) -> None:
     assert loaded_after(touch) == []
+
+
+MODULE_PROBE = """
+import json, sys
+import {module}
+print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & {{"mcp", "mcp_types", "pydantic", "anyio"}})))
+"""
+
+
+@pytest.mark.parametrize("module", ["memstore.cli", "memstore.reports", "memstore.workspace", "memstore.mcp_tools"])
+def test_only_the_mcp_command_loads_the_sdk(module: str) -> None:
+    """Every other command, and the MCP tool table itself, run without the SDK."""
+    code = MODULE_PROBE.format(module=module)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+def test_the_mcp_server_module_does_load_the_sdk() -> None:
+    """The probe above can fail: the server module itself imports it."""
+    code = MODULE_PROBE.format(module="memstore.mcp_server")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert "mcp" in json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_the_probe_detects_a_heavy_import() -> None:
