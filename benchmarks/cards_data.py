@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from functools import lru_cache
 
-from benchmarks.vocab import ERROR_NAMES, Vocabulary, uuid_hex, vocabulary, zipf_cum_weights
+from memstore.sample.vocab import ERROR_NAMES, Vocabulary, uuid_hex, vocabulary, zipf_cum_weights
 
 
 def _phrases(text: str) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """The fixed query mixes every run measures, so runs stay comparable.
 
-Word frequencies refer to the generated catalogs (benchmarks/vocab.py pins the rare
+Word frequencies refer to the generated catalogs (memstore/sample/vocab.py pins the rare
 words at fixed Zipf ranks): ``the`` is in ~97% of entries, ``memory`` ~3%,
 ``benchmarkable`` ~0.1%, ``caltrivo`` ~0.01%, ``zyxwq`` nowhere.
 """

@@ -32,18 +32,7 @@ from typing import Any
 
 from benchmarks import gate as gate_floors
 from benchmarks.baselines import CardScan, MemoryScan, grep_available, grep_count, load_entries, naive_search
-from benchmarks.generate import (
-    DATA_DIR,
-    DEFAULT_SEED,
-    DELETE_BRANCH,
-    CatalogWriter,
-    cards_file,
-    catalog_end_us,
-    catalog_file,
-    dataset,
-    parse_size,
-    size_label,
-)
+from benchmarks.generate import DATA_DIR, cards_file, catalog_file, dataset, parse_size, size_label
 from benchmarks.measure import (
     REPO_ROOT,
     median,
@@ -58,7 +47,8 @@ from benchmarks.measure import (
 from benchmarks.queries import ABSENT_TOKEN, FIRST_QUERY_PROBES, SEARCH_MIX, CardQuery, Query, card_mix
 from benchmarks.report import RESULTS_DIR, git_revision, markdown, write_outputs
 from benchmarks.snapshot import COMMAND_ENV, SHA_ENV, run_in_snapshot
-from benchmarks.vocab import vocabulary
+from memstore.sample.catalog import DEFAULT_SEED, DELETE_BRANCH, CatalogWriter, catalog_end_us
+from memstore.sample.vocab import vocabulary
 
 LIMIT = 10
 CATCHUP_ROUNDS = {1: 7, 100: 3, 10_000: 1}

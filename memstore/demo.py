@@ -3,11 +3,10 @@
     python -m memstore.demo                 # 20k entries in a temporary directory
     python -m memstore.demo --size 100000 --root /tmp/demo   # keep the files to try the CLI on
 
-The catalog is deterministic (same size and seed, same bytes).  Inside the
-repository the generator of ``benchmarks/generate.py`` is used; elsewhere (an
-installed wheel) a simpler built-in one.  Every search is answered twice: by the
-derived index, and by a scan of the file the way a fresh process without the
-index would do it (parse every line, score every entry); the two must agree.
+The catalog is deterministic (same size and seed, same bytes) and of the shape the
+benchmarks measure (:mod:`memstore.sample.catalog`).  Every search is answered
+twice: by the derived index, and by a scan of the file the way a fresh process
+without the index would do it (parse every line, score every entry); the two must agree.
 When the index cannot be built the demo says so and shows the scan timings alone.
 """
 
@@ -15,124 +14,25 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
-import random
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from memstore.catalog import MemoryCatalog
 from memstore.errors import IndexUnavailableError
-from memstore.jsonl import encode_entry
 from memstore.models import MemoryEntry
+from memstore.sample.catalog import DEFAULT_SEED, write_catalog
 
 DEFAULT_SIZE = 20_000
-DEFAULT_SEED = 20261130
 QUERIES = ("memory", "error handler", "python testing", "the cache", "db", "zyxwq")
 """A common word, two- and three-word queries, a 2-character token and a word that matches nothing."""
 INDEX_RUNS = 5
 SCAN_RUNS = 2
 SHOW_TOP = 3
-
-_WORDS = (
-    "the",
-    "memory",
-    "cache",
-    "index",
-    "error",
-    "handler",
-    "python",
-    "testing",
-    "retry",
-    "timeout",
-    "config",
-    "build",
-    "deploy",
-    "branch",
-    "commit",
-    "merge",
-    "review",
-    "agent",
-    "tool",
-    "prompt",
-    "context",
-    "token",
-    "parse",
-    "format",
-    "schema",
-    "table",
-    "query",
-    "search",
-    "lock",
-    "queue",
-    "worker",
-    "thread",
-    "process",
-    "db",
-    "api",
-    "json",
-    "yaml",
-    "shell",
-    "git",
-    "ci",
-    "docker",
-    "server",
-    "client",
-    "request",
-    "response",
-    "file",
-    "path",
-    "module",
-    "import",
-    "package",
-    "version",
-    "release",
-    "fix",
-    "bug",
-    "flaky",
-    "slow",
-    "fast",
-    "always",
-    "never",
-    "prefer",
-    "avoid",
-)
-_TAGS = ("python", "testing", "ci", "db", "api", "perf", "security", "docs", "auto-curated", "run-summary")
-
-
-def _simple_catalog(path: Path, size: int, seed: int) -> None:
-    """A plain deterministic catalog, for when benchmarks/generate.py is not importable."""
-    rng = random.Random(seed)
-    start = datetime(2024, 6, 1, tzinfo=UTC)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as handle:
-        for number in range(size):
-            words = rng.choices(_WORDS, k=rng.randint(6, 40))
-            entry = MemoryEntry(
-                memory_id=f"{rng.getrandbits(128):032x}",
-                content=" ".join(words).capitalize() + ".",
-                tags=tuple(rng.sample(_TAGS, k=rng.randint(0, 3))),
-                created_at=(start + timedelta(seconds=number * 25)).isoformat(),
-                branch_name=rng.choice((None, "main", "feature/demo")),
-                run_id=None,
-            )
-            handle.write(encode_entry(entry))
-
-
-def generate(path: Path, size: int, seed: int) -> str:
-    """Write the catalog; returns which generator made it."""
-    try:
-        generator: Any = importlib.import_module("benchmarks.generate")
-    except ImportError:
-        _simple_catalog(path, size, seed)
-        return "the built-in generator"
-    generator.write_catalog(path, size, seed=seed, workers=1)
-    return "benchmarks/generate.py"
 
 
 @contextmanager
@@ -176,9 +76,9 @@ def run_demo(root: Path, *, size: int, seed: int) -> bool:
     """The whole tour; returns False if the index and the scan ever disagreed."""
     catalog_path = root / ".teaagent" / "memory.jsonl"
     started = time.perf_counter()
-    source = generate(catalog_path, size, seed)
+    write_catalog(catalog_path, size, seed=seed, workers=1)
     megabytes = catalog_path.stat().st_size / 1e6
-    print(f"Generated {size:,} entries ({megabytes:.1f} MB) with {source} in {time.perf_counter() - started:.2f} s")
+    print(f"Generated {size:,} entries ({megabytes:.1f} MB) in {time.perf_counter() - started:.2f} s")
     print(f"  catalog: {catalog_path}")
 
     catalog = MemoryCatalog(root)

@@ -17,22 +17,14 @@ import pytest
 from benchmarks import gate
 from benchmarks.baselines import MemoryScan, grep_available, grep_count, load_entries, naive_search
 from benchmarks.cards_data import card_dicts
-from benchmarks.generate import (
-    DELETE_BRANCH,
-    CatalogWriter,
-    dataset,
-    encode_line,
-    parse_size,
-    size_label,
-    write_cards,
-    write_catalog,
-)
+from benchmarks.generate import dataset, parse_size, size_label, write_cards
 from benchmarks.queries import SEARCH_MIX
 from benchmarks.report import write_outputs
 from benchmarks.run import Options, index_available, main, run_benchmarks
-from benchmarks.vocab import BONUS_TAGS, vocabulary
 from memstore.jsonl import encode_entry
 from memstore.models import memory_entry_from_payload
+from memstore.sample.catalog import DELETE_BRANCH, CatalogWriter, encode_line, write_catalog
+from memstore.sample.vocab import BONUS_TAGS, vocabulary
 
 SHAPE_SIZE = 6_000
 
@@ -305,6 +297,8 @@ def test_harness_runs_end_to_end_and_results_are_exact(tmp_path: Path) -> None:
         "catchup_1_ms",
         "catchup_100_ms",
         "nochange_query_median_ms",
+        "nochange_without_freshness_median_ms",
+        "nochange_overhead_ms",
         "add_per_s",
         "delete_branch_seconds",
         "find_matching_300_p50_ms",
