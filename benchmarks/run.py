@@ -402,16 +402,16 @@ class Bench:
             self.metrics["nochange_overhead_ms"] = _ms(median(samples) - median(bare_samples))
 
     def _bare_index_query(self) -> Callable[[], Any] | None:
-        """The same absent-token query straight on the index connection: no file open, no stat,
-        no source-state check, no snapshot transaction.  Reaches into memstore internals, so
-        it degrades to None (overhead not reported) if they change."""
-        try:
-            from memstore.index.search import search_rows
+        """The same absent-token query straight on the index file (``catalog.index_path``, opened
+        read-only here) with the planner's ``search_rows``: no file open, no stat, no source-state
+        check, no snapshot transaction.  Degrades to None (overhead not reported) if the index
+        cannot be opened."""
+        from memstore.index.search import search_rows
 
-            index = self.catalog._get_index()
-            conn = index._connection()
+        try:
+            conn = sqlite3.connect(f"{self.catalog.index_path.as_uri()}?mode=ro", uri=True, check_same_thread=False)
             rows = int(conn.execute("SELECT count(*) FROM doc").fetchone()[0])
-        except (AttributeError, ImportError, TypeError, sqlite3.Error) as exc:
+        except sqlite3.Error as exc:
             self.notes.append(f"freshness overhead not measured: {exc}")
             return None
         tokens = [ABSENT_TOKEN]

@@ -36,7 +36,8 @@ from memstore.files import (
     remove_stale_temps,
 )
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
-from memstore.index.db import IndexBusyError
+from memstore.index.db import IndexBusyError, IndexFile
+from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScanResult, scan_list, scan_search, scan_show
@@ -342,6 +343,52 @@ class MemoryCatalog:
             return indexed
         return scan_search(self._scanned(), tokens, limit)
 
+    def explain(self, query: str, *, limit: int = 10) -> SearchPlan:
+        """Answer ``search(query, limit=limit)`` and report how: the index's steps, or why a scan answered."""
+        tokens = query_tokens(query)
+        check_limit(limit)
+        started = time.perf_counter()
+        trace = SearchTrace()
+        found: builtins.list[MemoryEntry] = []
+        state: str | None = None
+        if not tokens or limit == 0:
+            path, reason = "none", ("the query has no tokens" if not tokens else "the limit is 0")
+        else:
+            path, reason = "index", ""
+            outcome = {"reason": f"the index failed recently: {self._index_error}"}
+            indexed = self._from_index(lambda index: _traced_search(index, tokens, limit, trace, outcome))
+            if indexed is not None:
+                found, state = indexed, outcome.get("state")
+            else:
+                path = "scan"
+                reason = outcome["reason"] if self._use_index else "the index is disabled for this catalog"
+                found = self._traced_scan(tokens, limit, trace)
+        return SearchPlan(
+            query=query,
+            tokens=tuple(tokens),
+            limit=limit,
+            path=path,
+            reason=reason,
+            index_state=state,
+            steps=tuple(trace.steps),
+            memory_ids=tuple(entry.memory_id for entry in found),
+            seconds=round(time.perf_counter() - started, 6),
+        )
+
+    def _traced_scan(self, tokens: builtins.list[str], limit: int, trace: SearchTrace) -> builtins.list[MemoryEntry]:
+        began = time.perf_counter()
+        scanned = self._scanned()
+        found = scan_search(scanned, tokens, limit)
+        seconds = time.perf_counter() - began
+        entries = len(scanned.entries)
+        trace.add("scan", "score every entry of the file", candidates=entries, outcome="scored", seconds=seconds)
+        return found
+
+    @property
+    def index_path(self) -> Path:
+        """Where this catalog's derived index lives (a disposable SQLite file; it may not exist yet)."""
+        return IndexFile(self.directory).path
+
     def show(self, memory_id: str) -> MemoryEntry:
         """The first entry in file order with this id; FileNotFoundError when there is none."""
         _require_str("memory_id", memory_id)
@@ -436,6 +483,23 @@ class MemoryCatalog:
 
     def _scan_fresh(self) -> ScanResult:
         return ScanCache(self.path).read()
+
+
+def _traced_search(
+    index: CatalogIndex, tokens: list[str], limit: int, trace: SearchTrace, outcome: dict[str, str]
+) -> list[MemoryEntry]:
+    """``index.search`` with its planner traced; notes the index state (and the failure) in ``outcome``."""
+    outcome["state"] = str(index.source_status().get("state"))
+    began = time.perf_counter()
+    try:
+        found = index.search(tokens, limit, planner=trace.planner)
+    except IndexUnavailableError as exc:
+        outcome["reason"] = f"the index failed: {exc}"
+        raise
+    rest = time.perf_counter() - began - trace.seconds
+    detail = "check freshness (catch up when behind), score odd rows, read the entries"
+    trace.add("read", detail, candidates=len(found), outcome="entries read", seconds=rest)
+    return found
 
 
 def _readable(line: bytes) -> bytes:

@@ -19,13 +19,16 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from memstore import __version__, reports
 from memstore.errors import MemstoreError, describe
 from memstore.workspace import open_catalog, workspace_root
+
+if TYPE_CHECKING:
+    from memstore.index.trace import SearchPlan
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -150,6 +153,33 @@ def _show_entry(entry: Any) -> str:
         ]
     )
     return f"{head}\n\n{entry.content}"
+
+
+def _plan_text(plan: SearchPlan) -> str:
+    answered = {"index": f"by the index ({plan.index_state})", "scan": "by a scan", "none": "without searching"}
+    head = _fields(
+        [
+            ("query", _one_line(plan.query, None)),
+            ("tokens", [_one_line(token, None) for token in plan.tokens]),
+            ("answered", answered.get(plan.path, plan.path)),
+            ("why", plan.reason or None),
+            ("results", f"{len(plan.memory_ids)} (limit {plan.limit})"),
+            ("time", f"{plan.seconds * 1000:.3f} ms"),
+        ]
+    )
+    if not plan.steps:
+        return head
+    rows = [
+        (
+            step.step,
+            _one_line(step.detail, None),
+            "-" if step.candidates is None else str(step.candidates),
+            f"{step.seconds * 1000:.3f}",
+            step.outcome,
+        )
+        for step in plan.steps
+    ]
+    return f"{head}\n\n{_table(('STEP', 'DETAIL', 'ROWS', 'MS', 'OUTCOME'), rows)}"
 
 
 def _bytes(value: object) -> str:
@@ -335,12 +365,25 @@ def show_command(env: Env, memory_id: str) -> None:
 @cli.command("search")
 @click.argument("query")
 @_limit_option(10, "entries")
+@click.option(
+    "--explain",
+    is_flag=True,
+    default=False,
+    help="Show how the search was answered (the index's steps with candidate counts and times) instead of the results.",
+)
 @with_env
-def search_command(env: Env, query: str, limit: int) -> None:
+def search_command(env: Env, query: str, limit: int, explain: bool) -> None:
     """Search entries, best match first.
 
     An entry matches when every word of QUERY is in its content or a tag.
     """
+    if explain:
+        plan = _catalog(env, for_reading=True).explain(query, limit=limit)
+        if env.as_json:
+            _emit_json(plan.to_dict())
+        else:
+            click.echo(_plan_text(plan))
+        return
     entries = _catalog(env, for_reading=True).search(query, limit=limit)
     if env.as_json:
         _emit_json(reports.entries_report(entries, query=query))

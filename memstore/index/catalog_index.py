@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from memstore.files import iter_raw_lines, open_for_read
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
-from memstore.index.search import Hit, search_rows, sql_safe
+from memstore.index.search import Hit, Planner, PlannerFactory, search_rows, sql_safe
 from memstore.index.source import Change, SourceState
 from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry, memory_matches, memory_relevance_score, tag_bonus
@@ -282,9 +282,9 @@ class CatalogIndex(IndexedSource):
         ).fetchall()
         return [(row_id, off, length, self._entry_at(fd, off, length)) for row_id, off, length in rows]
 
-    def search(self, tokens: Sequence[str], limit: int) -> list[MemoryEntry]:
+    def search(self, tokens: Sequence[str], limit: int, *, planner: PlannerFactory = Planner) -> list[MemoryEntry]:
         def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
-            hits = search_rows(conn, tokens, limit, state.rows)
+            hits = search_rows(conn, tokens, limit, state.rows, planner=planner)
             known: dict[int, MemoryEntry] = {}
             for row_id, _off, _length, entry in self._odd_rows(conn, fd):
                 if memory_matches(entry, tokens):

@@ -24,7 +24,7 @@ import json
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from memstore.index.db import IndexBusyError
@@ -289,10 +289,16 @@ class QueryTooLargeError(IndexBusyError):
     """More distinct tokens than one SQL statement can bind; the caller scans instead."""
 
 
-def search_rows(conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int) -> list[Hit]:
+PlannerFactory = Callable[[sqlite3.Connection, Sequence[str], int, int], Planner]
+"""Makes the planner of one search: :class:`Planner`, or a traced one (memstore.index.trace)."""
+
+
+def search_rows(
+    conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int, *, planner: PlannerFactory = Planner
+) -> list[Hit]:
     """The exact top-k hits among SQL-held rows (odd rows are the caller's)."""
     if not tokens or k == 0 or not all(sql_safe(token) for token in tokens):
         return []
     if len(set(tokens)) > MAX_SQL_TOKENS:
         raise QueryTooLargeError(f"{len(set(tokens))} distinct query tokens; answering from a scan")
-    return Planner(conn, tokens, k, total_rows).run()
+    return planner(conn, tokens, k, total_rows).run()
