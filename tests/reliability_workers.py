@@ -144,6 +144,8 @@ class _KillingOS:
         self.armed = False
         self.temp_fds: set[int] = set()
         self.append_fds: set[int] = set()
+        self.replaced = False
+        """A rewrite's ``os.replace`` has run: the next directory fsync is the rewrite's own."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
@@ -184,6 +186,7 @@ class _KillingOS:
         if self.armed and self.point == "before_replace":
             self.die()
         os.replace(src, dst, **kwargs)
+        self.replaced = True
         if self.armed and self.point == "after_replace":
             self.die()
 
@@ -203,7 +206,9 @@ def rewrite_killer(root: str, point: str, action: str, argument: str, report_pat
 
         def fsync_dir(directory: Path) -> None:
             real_fsync_dir(directory)
-            if killer.armed and point == "after_dir_fsync":
+            # Creating a file syncs its directory too (the quarantine file's first append):
+            # the kill point is the directory sync that follows the rewrite's replace.
+            if killer.armed and killer.replaced and point == "after_dir_fsync":
                 killer.die()
 
         files.fsync_dir = fsync_dir  # type: ignore[assignment]
