@@ -30,7 +30,6 @@ from memstore.files import (
     append_line,
     atomic_write,
     cut_torn_tail,
-    ensure_dir,
     iter_raw_lines,
     open_for_read,
     remove_stale_temps,
@@ -39,6 +38,7 @@ from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.index.db import IndexBusyError, IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json
+from memstore.layout import ensure_store
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScanResult, scan_list, scan_search, scan_show
 
@@ -101,7 +101,10 @@ class MemoryCatalog:
         self._index_error: str | None = None
         self._index_failed_at = 0.0
         if not readonly:
-            ensure_dir(directory, private=private)
+            # The spec's constructor contract: a writable catalog has its folder (a new
+            # project store gets its .gitattributes and .gitignore with it).  Read-only
+            # callers (the CLI's reads) pass readonly=True and create nothing.
+            ensure_store(directory, private=private)
 
     # ------------------------------------------------------------------ writes
 

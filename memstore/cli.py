@@ -199,6 +199,7 @@ def _bytes(value: object) -> str:
 
 
 def _resolve_env(ctx: click.Context, root: Path | None, as_json: bool) -> Env:
+    """The one place the workspace root is decided (see memstore.workspace.workspace_root)."""
     top = ctx.find_root().params
     if root is None:
         root = top.get("root")
@@ -206,7 +207,10 @@ def _resolve_env(ctx: click.Context, root: Path | None, as_json: bool) -> Env:
     return Env(root=workspace_root(root), as_json=as_json)
 
 
-_ROOT_HELP = "Workspace root holding .teaagent/ (default: the current directory)."
+_ROOT_HELP = (
+    "Workspace root holding .teaagent/ (default: $MEMSTORE_ROOT, else the nearest folder upwards holding"
+    " .teaagent/, else the top of the git work tree, else the current directory)."
+)
 _JSON_HELP = "Print one JSON document on stdout instead of human-readable text."
 
 
@@ -245,8 +249,19 @@ def _limit_option(default: int, what: str) -> Callable[[F], F]:
     )
 
 
+def _has_store(env: Env) -> bool:
+    from memstore.layout import has_store
+
+    return has_store(env.root)
+
+
 def _catalog(env: Env, *, for_reading: bool = False) -> Any:
     """The project catalog; a read falls back to readonly when the store exists but cannot be written."""
+    if for_reading and not _has_store(env):
+        # A read on a root without a store answers empty and creates nothing.
+        from memstore.catalog import MemoryCatalog
+
+        return MemoryCatalog(env.root, readonly=True)
     return open_catalog(env.root, for_reading=for_reading)
 
 
@@ -260,9 +275,12 @@ def _outcome(env: Env, payload: Mapping[str, Any], done: bool, done_message: str
         raise Refused(refused_message)
 
 
-def _failure_cards(env: Env) -> Any:
+def _failure_cards(env: Env, *, for_reading: bool = False) -> Any:
+    """The failure cards; None for a read on a root without a store (the answer is empty)."""
     from memstore.failure_cards import FailureCardStorage
 
+    if for_reading and not _has_store(env):
+        return None
     return FailureCardStorage(env.root)
 
 
@@ -450,17 +468,102 @@ def health_command(env: Env) -> None:
 
 
 @cli.command("maintain")
+@click.option(
+    "--apply", "apply_changes", is_flag=True, help="Do what the report lists (a backup is kept; see doctor --fix)."
+)
 @with_env
-def maintain_command(env: Env) -> None:
-    """Report what a maintenance pass would clean up.
+def maintain_command(env: Env, apply_changes: bool) -> None:
+    """Report what a maintenance pass would clean up in memory.jsonl.
 
-    A dry run: nothing is changed.
+    Without --apply a dry run: nothing is changed.
     """
+    if apply_changes:
+        from memstore.doctor import repair
+
+        _print_doctor(env, repair(env.root, catalog_only=True), fixed=True)
+        return
     report = _catalog(env, for_reading=True).maintain_dry_run()
     if env.as_json:
         _emit_json(report)
     else:
         click.echo(_fields(_flatten(report)))
+
+
+# ----------------------------------------------------------------------------- repository
+
+
+@cli.command("init")
+@click.option("--git", "register_git", is_flag=True, help="Also register the merge-json driver in the git config.")
+@with_env
+def init_command(env: Env, register_git: bool) -> None:
+    """Create the store, or add its .gitattributes and .gitignore to an existing one.
+
+    Existing files keep their lines; only missing ones are added.
+    """
+    from memstore.layout import ensure_store, store_dir, write_git_files
+
+    directory = store_dir(env.root)
+    ensure_store(directory)
+    written = [str(path) for path in write_git_files(directory, overwrite=True)]
+    payload: dict[str, Any] = {"store": str(directory), "written": written, "merge_driver": None}
+    if register_git:
+        from memstore.merge_json import register_driver
+
+        payload["merge_driver"] = register_driver(env.root)
+    if env.as_json:
+        _emit_json(payload)
+        return
+    click.echo(f"store: {directory}")
+    for path in written:
+        click.echo(f"wrote {path}")
+    if payload["merge_driver"]:
+        click.echo(f"registered merge driver: {payload['merge_driver']}")
+
+
+@cli.command("doctor")
+@click.option("--fix", is_flag=True, help="Repair what is found (under the lock, keeping a backup of each file).")
+@with_env
+def doctor_command(env: Env, fix: bool) -> None:
+    """Find conflict markers, duplicate ids, corrupt lines and other damage.
+
+    Each finding names its file and line. Exit 1 while an error is left.
+    """
+    from memstore.doctor import diagnose, repair
+
+    report = repair(env.root) if fix else diagnose(env.root)
+    _print_doctor(env, report, fixed=fix)
+
+
+def _print_doctor(env: Env, report: Any, *, fixed: bool) -> None:
+    if env.as_json:
+        _emit_json(report.to_dict())
+    else:
+        for change in report.changes:
+            click.echo(f"fixed: {change}")
+        for finding in report.findings:
+            where = finding.file if finding.line is None else f"{finding.file}:{finding.line}"
+            note = "" if finding.fixable or not fixed else " (not fixed)"
+            click.echo(f"{where}: {finding.severity}: {finding.kind}: {_one_line(finding.detail, None)}{note}")
+        click.echo("healthy" if report.healthy else "problems found" + ("" if fixed else "; run with --fix to repair"))
+    if not report.healthy:
+        raise Refused("the store has problems" + (" that could not be fixed" if fixed else ""))
+
+
+@cli.command("merge-json")
+@click.argument("base", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("ours", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("theirs", type=click.Path(dir_okay=False, path_type=Path))
+@with_env
+def merge_json_command(env: Env, base: Path, ours: Path, theirs: Path) -> None:
+    """git merge driver for failures.json and pinned.json (%O %A %B).
+
+    Union by id, the newer record wins; the result replaces OURS. Exit 1 leaves the conflict to git.
+    """
+    from memstore.merge_json import merge_files
+
+    count = merge_files(base, ours, theirs)
+    if env.as_json:
+        _emit_json({"merged": str(ours), "records": count})
 
 
 # ----------------------------------------------------------------------------- failures
@@ -476,8 +579,8 @@ def failures_group() -> None:
 @with_env
 def failures_list_command(env: Env, active: bool) -> None:
     """List failure cards in file order."""
-    storage = _failure_cards(env)
-    cards = storage.list_active() if active else storage.list_all()
+    storage = _failure_cards(env, for_reading=True)
+    cards = [] if storage is None else storage.list_active() if active else storage.list_all()
     if env.as_json:
         _emit_json(reports.cards_report(cards))
     else:
@@ -492,7 +595,8 @@ def failures_show_command(env: Env, card_id: str) -> None:
 
     Exit 1 when no card has this ID.
     """
-    card = _failure_cards(env).get_by_id(card_id)
+    storage = _failure_cards(env, for_reading=True)
+    card = None if storage is None else storage.get_by_id(card_id)
     if card is None:
         raise Refused(f"failure card not found: {card_id.strip()}")
     if env.as_json:
@@ -512,7 +616,8 @@ def failures_match_command(env: Env, files: tuple[str, ...], task: str, error_ty
 
     Scored by file path, error type and task keywords; best first.
     """
-    cards = _failure_cards(env).find_matching(list(files), task, error_type, limit)
+    storage = _failure_cards(env, for_reading=True)
+    cards = [] if storage is None else storage.find_matching(list(files), task, error_type, limit)
     if env.as_json:
         _emit_json(reports.matching_cards_report(cards))
     else:
@@ -695,7 +800,7 @@ def recall_command(env: Env, query: str, limit: int) -> None:
     """
     from memstore.hierarchy import MemoryHierarchy
 
-    results = MemoryHierarchy(env.root).search_all(query, limit=limit)
+    results = MemoryHierarchy(env.root, readonly=True).search_all(query, limit=limit)
     if env.as_json:
         _emit_json(reports.recall_report(query, results))
     else:

@@ -32,9 +32,11 @@ from memstore.cards import (
     task_keywords,
 )
 from memstore.errors import ArgumentTypeError, IndexUnavailableError
-from memstore.files import FileLock, atomic_write, ensure_dir, storage_error
+from memstore.files import storage_error
 from memstore.index.card_index import CardIndex
 from memstore.index.db import IndexBusyError
+from memstore.json_array import JsonArrayFile, parse_array
+from memstore.layout import FAILURES_FILE, ensure_memory_dir
 from memstore.models import check_limit
 
 logger = logging.getLogger(__name__)
@@ -103,12 +105,11 @@ class FailureCardStorage:
         if not isinstance(root, (str, os.PathLike)):
             raise ArgumentTypeError(f"root must be a str or Path, not {type(root).__name__}")
         self.root = Path(root)
-        directory = self.root / ".teaagent" / "memory"
-        ensure_dir(directory)
-        self.path = directory / "failures.json"
+        directory = ensure_memory_dir(self.root)
+        self.path = directory / FAILURES_FILE
         self.lock_path = directory / "failures.lock"
         self.config_path = self.root / ".teaagent" / "config.json"
-        self._lock = FileLock(self.lock_path)
+        self._file = JsonArrayFile(self.path, self.lock_path)
         self._index: CardIndex | None = (
             CardIndex(self.path, self.root / ".teaagent", load_records=records_from_bytes) if use_index else None
         )
@@ -146,52 +147,37 @@ class FailureCardStorage:
         """The stored card dicts in file order; ``[]`` for a missing or unreadable file.
 
         Unparseable JSON, invalid UTF-8 and a top level that is not a list all read
-        as no cards; elements that are not objects are skipped (and dropped by the
-        next rewrite).
+        as no cards; elements that are not objects are skipped (rewrites keep them).
         """
         data = self._read_bytes()
         if data is None:
             return []
         return records_from_bytes(data)
 
-    def _store_records(self, records: list[Record]) -> None:
-        """Durably replace the file with ``records``. The caller holds the lock."""
-        text = json.dumps(records, indent=2) + "\n"
-        stat = atomic_write(self.path, text.encode("utf-8"))
+    def _store_records(self, records: list[Any]) -> None:
+        """Durably replace the file with ``records``. The caller holds the lock.
+
+        Elements that are not objects are written back unchanged but never indexed.
+        """
+        stat = self._file.write(records)
         if self._index is not None:
             try:
-                self._index.replace_records(records, stat)
+                self._index.replace_records([record for record in records if isinstance(record, dict)], stat)
             except IndexUnavailableError as exc:
                 logger.info("failure-card index will rebuild after this rewrite: %s", exc)
 
     # -- plumbing ------------------------------------------------------------------------
 
     def _read_bytes(self) -> bytes | None:
-        try:
-            return self.path.read_bytes()
-        except OSError:
-            return None
+        return self._file.read_bytes()
 
-    def _update(self, change: Callable[[list[Record]], tuple[T, bool]]) -> T:
-        """Run ``change`` on the records under the lock; store them if it says so."""
-        with self._lock:
-            records = self._load_records()
-            loaded_nothing = not records
-            result, changed = change(records)
-            if changed:
-                if loaded_nothing:
-                    self._keep_corrupt_copy()
-                self._store_records(records)
-            return result
+    def _update(self, change: Callable[[list[Any]], tuple[T, bool]]) -> T:
+        """Run ``change`` on the stored elements under the lock; store them if it says so.
 
-    def _keep_corrupt_copy(self) -> None:
-        """Before an unreadable file is overwritten, copy its bytes aside (never lose data)."""
-        data = self._read_bytes()
-        if data is None or not data.strip() or _parse_array(data) is not None:
-            return
-        backup = self.path.with_name(f"{self.path.name}.corrupt-{time.time_ns()}")
-        atomic_write(backup, data)
-        logger.warning("%s was not a JSON array; kept a copy at %s", self.path, backup)
+        The list holds every element of the file (objects that are not valid cards,
+        and non-objects, included) so a rewrite carries them through unchanged.
+        """
+        return self._file.update(change, store=self._store_records)
 
     @staticmethod
     def _cards(records: Iterable[Record]) -> list[tuple[int, FailureCard]]:
@@ -308,8 +294,7 @@ class FailureCardStorage:
 
     def clear_all(self) -> None:
         """Leave an empty array (the file is created if it did not exist)."""
-        with self._lock:
-            self._store_records([])
+        self._file.replace([], store=self._store_records)
 
     def clear_by_id(self, card_id: str) -> bool:
         """Remove the first card with this id; True if one was removed."""
@@ -387,22 +372,13 @@ def _check_id(card_id: object) -> str:
 def records_from_bytes(data: bytes) -> list[Record]:
     """The card dicts of a failures.json, in file order; ``[]`` when it is not a JSON array.
 
-    Elements that are not objects are skipped (and dropped by the next rewrite).
+    Elements that are not objects are skipped here (rewrites carry them through).
     Shared with the index, so both read exactly the same records.
     """
-    parsed = _parse_array(data)
+    parsed = parse_array(data)
     if parsed is None:
         return []
     return [item for item in parsed if isinstance(item, dict)]
-
-
-def _parse_array(data: bytes) -> list[Any] | None:
-    """The top-level JSON array in ``data`` (a UTF-8 BOM allowed), else ``None``."""
-    try:
-        parsed = json.loads(data.decode("utf-8-sig"))
-    except (ValueError, RecursionError):
-        return None
-    return parsed if isinstance(parsed, list) else None
 
 
 def _read_json_file(path: Path) -> object:

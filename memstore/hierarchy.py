@@ -7,13 +7,15 @@
   into items (see :mod:`memstore.auto_memory`).
 
 A readonly hierarchy creates nothing on disk: no ``.teaagent``, no
-``~/.config/teaagent``.
+``~/.config/teaagent``.  A missing or unwritable home directory never fails a read:
+the personal tier is skipped (or read-only) with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +27,10 @@ from memstore.auto_memory import (
     search_entries,
 )
 from memstore.catalog import MemoryCatalog
-from memstore.errors import ArgumentTypeError
+from memstore.errors import ArgumentTypeError, StorageError
 from memstore.models import MemoryEntry, check_limit, query_tokens
+
+logger = logging.getLogger(__name__)
 
 PERSONAL_DIR_PARTS = (".config", "teaagent")
 AUTO_MEMORY_PARTS = (".claude", "MEMORY.md")
@@ -50,10 +54,35 @@ class MemoryHierarchy:
         self.root = Path(root)
         self.readonly = readonly
         self.project = MemoryCatalog(self.root, readonly=readonly)
-        self.personal_directory = Path.home().joinpath(*PERSONAL_DIR_PARTS)
-        self.personal = MemoryCatalog.in_directory(self.personal_directory, private=True, readonly=readonly)
+        home = _home()
+        self.personal_available = home is not None and home.is_dir()
+        self.personal_directory = (home or Path(os.devnull)).joinpath(*PERSONAL_DIR_PARTS)
+        self.personal = self._personal_catalog(readonly=readonly or not self.personal_available)
         self.auto_memory_path = self.root.joinpath(*AUTO_MEMORY_PARTS)
         self.auto_memory = AutoMemory(self.auto_memory_path)
+
+    def _personal_catalog(self, *, readonly: bool) -> MemoryCatalog:
+        """The personal catalog; read-only (with a warning) when its folder cannot be created."""
+        if not self.personal_available:
+            logger.warning("no home directory: the personal memory tier is skipped")
+        try:
+            return MemoryCatalog.in_directory(self.personal_directory, private=True, readonly=readonly)
+        except StorageError as exc:
+            logger.warning("personal memory is read-only: %s", exc)
+            return MemoryCatalog.in_directory(self.personal_directory, private=True, readonly=True)
+
+    def _personal(self, read: Callable[[MemoryCatalog], list[MemoryEntry]]) -> list[MemoryEntry]:
+        """A read of the personal tier; empty (with a warning) when HOME is missing or unreadable.
+
+        Project reads never fail because of the personal tier.
+        """
+        if not self.personal_available:
+            return []
+        try:
+            return read(self.personal)
+        except StorageError as exc:
+            logger.warning("personal memory skipped: %s", exc)
+            return []
 
     def search_all(self, query: str, *, limit: int = 10) -> dict[str, list[MemoryEntry]]:
         """Search every tier; the result always has the keys project, personal and auto_memory.
@@ -65,7 +94,7 @@ class MemoryHierarchy:
         check_limit(limit)
         return {
             "project": self.project.search(query, limit=limit),
-            "personal": self.personal.search(query, limit=limit),
+            "personal": self._personal(lambda tier: tier.search(query, limit=limit)),
             "auto_memory": search_entries(self.auto_memory.entries(), tokens, limit) if tokens else [],
         }
 
@@ -102,11 +131,11 @@ class MemoryHierarchy:
         items_by_id = {item.item_id: item for item in snapshot.items}
         if query is not None and query.strip():
             project = self.project.search(query, limit=limit)
-            personal = self.personal.search(query, limit=limit)
+            personal = self._personal(lambda tier: tier.search(query, limit=limit))
             auto = search_entries(snapshot.entries(), query_tokens(query), limit)
         else:
             project = self.project.list(limit=limit)
-            personal = self.personal.list(limit=limit)
+            personal = self._personal(lambda tier: tier.list(limit=limit))
             auto = [item.to_entry(snapshot.created_at) for item in snapshot.items if item.in_startup_window]
             auto = auto[:limit]
         auto_lines = _within_startup_budget([_auto_line(items_by_id[e.memory_id]) for e in auto])
@@ -116,6 +145,19 @@ class MemoryHierarchy:
             "auto_memory": auto_lines,
         }
         return _render(tiers, max_chars)
+
+
+def _home() -> Path | None:
+    """The home directory, or None when there is none (HOME unset and no passwd entry).
+
+    A home folder that does not exist is not created (the personal tier is skipped):
+    that is not memstore's to decide.
+    """
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError):
+        return None
+    return home if str(home) not in ("", "~") else None
 
 
 def _entry_line(entry: MemoryEntry) -> str:

@@ -23,7 +23,6 @@ stored ``file_path`` is always exactly the string that was pinned (invariant 6).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -36,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from memstore.errors import ArgumentTypeError, InvalidArgumentError
-from memstore.files import FileLock, atomic_write, ensure_dir
+from memstore.json_array import JsonArrayFile
+from memstore.layout import PINNED_FILE, ensure_memory_dir
 
 logger = logging.getLogger(__name__)
 
@@ -167,30 +167,14 @@ class PinnedFileStorage:
             raise ArgumentTypeError(f"root must be a str or Path, not {type(root).__name__}")
         self.root = Path(root)
         self.directory = self.root / ".teaagent" / "memory"
-        self.path = self.directory / "pinned.json"
-        self._lock = FileLock(self.directory / "pinned.lock")
+        self.path = self.directory / PINNED_FILE
+        self._file = JsonArrayFile(self.path, self.directory / "pinned.lock", prepare=self._prepare_write)
 
     # -- reading -------------------------------------------------------------------------
 
     def _read_pinned_files(self) -> list[PinnedFile]:
         """All readable pins; an unreadable file is ``[]`` and a bad element is skipped."""
-        try:
-            payload = json.loads(self.path.read_bytes())
-        except FileNotFoundError:
-            return []
-        except (OSError, ValueError, RecursionError) as exc:
-            logger.warning("ignoring unreadable pinned-file list %s: %s", self.path, exc)
-            return []
-        if not isinstance(payload, list):
-            logger.warning("ignoring pinned-file list %s: not a JSON array", self.path)
-            return []
-        pins: list[PinnedFile] = []
-        for item in payload:
-            try:
-                pins.append(PinnedFile.from_dict(item))
-            except (TypeError, ValueError):
-                logger.warning("skipping malformed pinned-file entry in %s", self.path)
-        return pins
+        return [pin for _, pin in _pins_of(self._file.read(), self.path)]
 
     def list_all(self) -> list[PinnedFile]:
         return self._read_pinned_files()
@@ -201,19 +185,33 @@ class PinnedFileStorage:
 
     # -- writing -------------------------------------------------------------------------
 
-    def _write(self, pins: list[PinnedFile]) -> None:
-        text = json.dumps([pin.to_dict() for pin in pins], indent=2) + "\n"
-        atomic_write(self.path, text.encode("utf-8"))
+    def _prepare_write(self) -> None:
+        ensure_memory_dir(self.root)
 
     def _modify(self, change: Callable[[list[PinnedFile]], bool]) -> bool:
-        """Read, let ``change`` edit the list in place, write it back if it says so; all under the lock."""
-        ensure_dir(self.directory)
-        with self._lock:
-            pins = self._read_pinned_files()
-            changed = change(pins)
-            if changed:
-                self._write(pins)
-            return changed
+        """Read, let ``change`` edit the pins in place, write them back if it says so; all under the lock.
+
+        The rewrite keeps every stored element that is not a pin, and every key a pin
+        carries that this version does not know, exactly as it was.
+        """
+
+        def edit(records: list[Any]) -> tuple[bool, bool]:
+            parsed = _pins_of(records, self.path)
+            pins = [pin for _, pin in parsed]
+            originals = {id(pin): records[order] for order, pin in parsed}
+            pin_orders = {order for order, _ in parsed}
+            if not change(pins):
+                return False, False
+            kept = {id(pin) for pin in pins}
+            survivors = [pin for _, pin in parsed if id(pin) in kept]
+            new = [pin for pin in pins if id(pin) not in originals]
+            position = {id(pin): index for index, pin in enumerate(pins)}
+            survivors.sort(key=lambda pin: position[id(pin)])
+            rebuilt = _interleave(records, pin_orders, [_record(pin, originals.get(id(pin))) for pin in survivors])
+            records[:] = [*rebuilt, *(pin.to_dict() for pin in new)]
+            return True, True
+
+        return self._file.update(edit)
 
     def refusal(self, file_path: str) -> str | None:
         """Why ``add`` would refuse ``file_path`` (secret, outside the root, missing, ...); None if it may pin.
@@ -304,3 +302,36 @@ class PinnedFileStorage:
             return found
 
         return self._modify(stamp)
+
+
+def _pins_of(records: list[Any], path: Path) -> list[tuple[int, PinnedFile]]:
+    """``(position, pin)`` for every stored element that is a valid pin."""
+    pins = []
+    for order, item in enumerate(records):
+        try:
+            pins.append((order, PinnedFile.from_dict(item)))
+        except (TypeError, ValueError):
+            logger.warning("skipping malformed pinned-file entry in %s", path)
+    return pins
+
+
+def _record(pin: PinnedFile, original: Any) -> Any:
+    """A pin as stored: its original object (unknown keys kept) with the known keys updated."""
+    if isinstance(original, dict):
+        return {**original, **pin.to_dict()}
+    return pin.to_dict()
+
+
+def _interleave(records: list[Any], pin_orders: set[int], pins: list[Any]) -> list[Any]:
+    """The stored elements with the pin slots refilled by ``pins`` in order (extra slots dropped)."""
+    out: list[Any] = []
+    remaining = iter(pins)
+    for order, record in enumerate(records):
+        if order not in pin_orders:
+            out.append(record)
+            continue
+        pin = next(remaining, None)
+        if pin is not None:
+            out.append(pin)
+    out.extend(remaining)
+    return out

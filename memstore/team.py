@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 
 from memstore.errors import ArgumentTypeError, EmptyContentError
-from memstore.files import FileLock, append_line, ensure_dir, open_for_read
+from memstore.files import FileLock, append_line, open_for_read
+from memstore.layout import ensure_store
 from memstore.models import check_limit, utc_now_iso
 
 EMPTY_PROMPT = "[team-memory] No shared team context available."
@@ -46,7 +47,7 @@ class TeamMemory:
         if not text:
             raise EmptyContentError("team memory entry cannot be empty")
         line = f"- {utc_now_iso()} — {text}"
-        ensure_dir(self.directory)
+        ensure_store(self.directory)
         with self._lock:
             append_line(self.path, line.encode("utf-8"))
         return line

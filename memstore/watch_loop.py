@@ -26,6 +26,7 @@ from typing import Any
 
 from memstore.catalog import MemoryCatalog
 from memstore.errors import IndexUnavailableError, MemstoreError
+from memstore.layout import has_store
 from memstore.maintenance import reindex_workspace
 from memstore.watcher import FileWatcher
 
@@ -71,7 +72,7 @@ class IndexWatch:
         self.paths = [self.root / relative for relative in WATCHED_FILES]
         self.poll_interval = poll_interval
         self._on_action = on_action
-        self._catalog: MemoryCatalog | None = MemoryCatalog(self.root)
+        self._catalog: MemoryCatalog | None = None  # opened once a store exists: watching creates nothing
         self._changed = threading.Event()
         self._changes: list[str] = []
         self._changes_lock = threading.Lock()
@@ -128,6 +129,9 @@ class IndexWatch:
         # Recorded before reading, so a change made during the catch-up triggers another one.
         states = {path: file_state(path) for path in self.paths}
         started = time.monotonic()
+        if self._catalog is None and not has_store(self.root):
+            self._seen = states  # no store yet, nothing to index: a file appearing triggers the next catch-up
+            return
         try:
             if self._catalog is None:
                 self._catalog = MemoryCatalog(self.root)

@@ -23,11 +23,16 @@ if TYPE_CHECKING:
 
 
 def workspace_root(root: str | os.PathLike[str] | None) -> Path:
-    """The root a command works on: the one given, else the current directory.
+    """The root a command works on (see :func:`memstore.root.find_root`).
 
-    The one place the faces resolve a missing ``--root``; root discovery plugs in here.
+    The one place the faces resolve ``--root``: the one given (which must exist),
+    else ``$MEMSTORE_ROOT``, the nearest ``.teaagent/`` upwards, the git top, the cwd.
     """
-    return Path(root) if root is not None else Path(".")
+    from memstore.root import find_root
+
+    found = find_root(root)
+    # Paths in the output stay short when the root is where the command runs.
+    return Path(".") if root is None and found == Path.cwd() else found
 
 
 def open_catalog(root: Path, *, for_reading: bool = False) -> MemoryCatalog:

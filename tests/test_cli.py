@@ -104,7 +104,7 @@ def test_every_leaf_command_takes_root_and_json() -> None:
     expected = (
         "add list show search delete quarantine quarantined health maintain pin unpin pinned recall "
         "reindex status watch failures.list failures.show failures.match failures.invalidate "
-        "failures.prune failures.auto-invalidate team.add team.list team.prompt mcp"
+        "failures.prune failures.auto-invalidate team.add team.list team.prompt mcp init doctor merge-json"
     )
     assert sorted(path for path, _ in leaves) == sorted(
         "memstore " + name.replace(".", " ") for name in expected.split()

@@ -162,6 +162,7 @@ def test_index_watch_catches_up_on_every_kind_of_change(root: Path, monkeypatch:
 
     monkeypatch.setattr(MemoryCatalog, "reindex", reindex)
     actions: list[dict[str, Any]] = []
+    (root / ".teaagent").mkdir()  # a store to watch (on a root without one, watching creates nothing)
     watch = IndexWatch(root, debounce_ms=20, poll_interval=0.2, on_action=actions.append)
     runner = threading.Thread(target=watch.run)
     runner.start()

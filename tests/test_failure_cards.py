@@ -221,14 +221,15 @@ def test_garbage_file_is_kept_aside_before_the_next_write(store: FailureCardStor
     assert backups[0].read_bytes() == b"{ this is not json"
 
 
-def test_bad_elements_are_skipped_but_objects_survive_rewrites(store: FailureCardStorage) -> None:
+def test_bad_elements_are_skipped_but_survive_rewrites(store: FailureCardStorage) -> None:
     good = card("good").to_dict()
     odd = {"id": "odd", "something": "from a newer version"}
-    write_raw(store, [1, "x", None, [good], odd, good, {**good, "id": "bad", "timestamp": "soon"}])
+    elements = [1, "x", None, [good], odd, good, {**good, "id": "bad", "timestamp": "soon"}]
+    write_raw(store, elements)
     assert [c.id for c in store.list_all()] == ["good"]
     store.append(card("new"))
     records = stored_json(store)
-    assert records == [odd, good, {**good, "id": "bad", "timestamp": "soon"}, card("new").to_dict()]
+    assert records == [*elements, card("new").to_dict()]
     assert [c.id for c in store.list_all()] == ["good", "new"]
     assert not [p for p in store.path.parent.iterdir() if ".corrupt-" in p.name]
 

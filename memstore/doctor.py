@@ -1,0 +1,476 @@
+"""Doctor: find what git, editors and crashes leave in a store, and repair it without losing entries.
+
+:func:`diagnose` only reads (a root without a store has nothing to report).
+:func:`repair` fixes each file under that file's own lock: it keeps a
+``<name>.backup-<ns>`` copy of the original bytes, then rewrites the file
+atomically.  Every valid entry is kept; a conflicted merge of a line file becomes
+the union of both sides (conflict markers and the base section dropped, exact
+duplicates kept once), and a conflicted JSON array is merged by id as
+``memstore merge-json`` would have done.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memstore.errors import IndexUnavailableError
+from memstore.files import FileLock, atomic_write, iter_raw_lines, open_for_read
+from memstore.json_array import encode_array, parse_array
+from memstore.jsonl import decode_entry, is_blank
+from memstore.layout import (
+    CATALOG_FILE,
+    FAILURES_FILE,
+    MEMORY_DIRNAME,
+    PINNED_FILE,
+    QUARANTINE_FILE,
+    STORE_DIRNAME,
+    TEAM_FILE,
+    has_store,
+    store_dir,
+)
+from memstore.merge_json import merge_arrays, record_key
+
+log = logging.getLogger(__name__)
+
+MARKERS = (b"<<<<<<< ", b"||||||| ", b">>>>>>> ")
+SEPARATOR = b"======="
+
+
+@dataclass
+class Finding:
+    """One problem: what, where (file, 1-based line when it has one), and whether --fix repairs it."""
+
+    kind: str
+    file: str
+    line: int | None
+    detail: str
+    fixable: bool = True
+    severity: str = "error"
+    """``error``, or ``info`` for what reads handle by themselves (an index that is behind)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "file": self.file,
+            "line": self.line,
+            "detail": self.detail,
+            "fixable": self.fixable,
+            "severity": self.severity,
+        }
+
+
+@dataclass
+class DoctorReport:
+    """What doctor found (and, after ``repair``, what it changed and what is left)."""
+
+    root: str
+    findings: list[Finding] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    backups: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        """No finding of severity ``error`` (an index that is merely behind is fine)."""
+        return not any(finding.severity == "error" for finding in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "healthy": self.healthy,
+            "findings": [finding.to_dict() for finding in self.findings],
+            "changes": list(self.changes),
+            "backups": list(self.backups),
+        }
+
+
+# ----------------------------------------------------------------------------- line files
+
+
+def _marker(data: bytes) -> str | None:
+    """Which side of a conflict a marker line opens, or None for an ordinary line."""
+    if data.startswith(b"<<<<<<<") and (len(data) == 7 or data[7:8] == b" "):
+        return "ours"
+    if data.startswith(b"|||||||") and (len(data) == 7 or data[7:8] == b" "):
+        return "base"
+    if data == SEPARATOR:
+        return "theirs"
+    if data.startswith(b">>>>>>>") and (len(data) == 7 or data[7:8] == b" "):
+        return "end"
+    return None
+
+
+@dataclass
+class _Line:
+    number: int
+    data: bytes | None
+    terminated: bool
+    section: str  # "common", "ours", "base" or "theirs"
+    marker: bool
+
+
+def _lines(path: Path) -> Iterator[_Line]:
+    fd = open_for_read(path)
+    if fd is None:
+        return
+    try:
+        section = "common"
+        for number, raw in enumerate(iter_raw_lines(fd), start=1):
+            data = raw.data.rstrip(b"\r") if raw.data is not None else None
+            side = _marker(data) if data is not None else None
+            if side is not None:
+                section = "common" if side == "end" else side
+                yield _Line(number, raw.data, raw.terminated, section, True)
+                continue
+            yield _Line(number, raw.data, raw.terminated, section, False)
+    finally:
+        os.close(fd)
+
+
+def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[bytes] | None:
+    """Findings for a JSONL catalog file; returns the repaired content's lines (None when nothing to fix)."""
+    kept: list[bytes] = []
+    first_line: dict[str, tuple[int, Any]] = {}
+    change = False
+    last: _Line | None = None
+    for line in _lines(path):
+        last = line
+        if line.marker:
+            report.append(Finding("conflict-marker", name, line.number, "git conflict marker line"))
+            change = True
+            continue
+        if line.section == "base":
+            report.append(Finding("conflict-base", name, line.number, "line of the merge base inside a conflict"))
+            change = True
+            continue
+        if line.data is None:
+            report.append(Finding("corrupt-line", name, line.number, "line longer than the limit"))
+            change = True
+            continue
+        if is_blank(line.data):
+            report.append(Finding("blank-line", name, line.number, "blank line"))
+            change = True
+            continue
+        entry = decode_entry(line.data)
+        if entry is None:
+            kind = "torn-tail" if not line.terminated else "corrupt-line"
+            detail = "last line cut short (no newline)" if kind == "torn-tail" else "not a valid entry"
+            report.append(Finding(kind, name, line.number, detail))
+            change = True
+            continue
+        seen = first_line.get(entry.memory_id)
+        if seen is not None:
+            same = seen[1] == entry
+            report.append(
+                Finding(
+                    "duplicate-id",
+                    name,
+                    line.number,
+                    f"id {entry.memory_id} also on line {seen[0]}" + (" (identical)" if same else " (different)"),
+                    fixable=same,
+                )
+            )
+            if same:
+                change = True
+                continue
+        else:
+            first_line[entry.memory_id] = (line.number, entry)
+        kept.append(line.data)
+    if last is not None and not last.terminated and not change:
+        report.append(Finding("missing-newline", name, last.number, "file does not end with a newline"))
+        change = True
+    return kept if change else None
+
+
+def _check_team_file(path: Path, name: str, report: list[Finding]) -> list[bytes] | None:
+    """Team notes are free text: only conflict markers (and the base section) are removed."""
+    kept: list[bytes] = []
+    change = False
+    for line in _lines(path):
+        if line.marker or line.section == "base":
+            kind = "conflict-marker" if line.marker else "conflict-base"
+            report.append(Finding(kind, name, line.number, "git conflict marker line"))
+            change = True
+            continue
+        if line.data is not None:
+            kept.append(line.data)
+    if change:
+        kept = _dedupe_exact(kept)
+    return kept if change else None
+
+
+def _dedupe_exact(lines: list[bytes]) -> list[bytes]:
+    seen: set[bytes] = set()
+    out = []
+    for line in lines:
+        if line.strip() and line in seen:
+            continue
+        seen.add(line)
+        out.append(line)
+    return out
+
+
+# ----------------------------------------------------------------------------- JSON arrays
+
+
+def _conflict_sides(data: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """(base, ours, theirs) texts of a file holding git conflict markers; None when it has none."""
+    sides: dict[str, list[bytes]] = {"base": [], "ours": [], "theirs": []}
+    section = "common"
+    found = False
+    for raw in data.split(b"\n"):
+        side = _marker(raw.rstrip(b"\r"))
+        if side is not None:
+            found = True
+            section = "common" if side == "end" else side
+            continue
+        targets = ("base", "ours", "theirs") if section == "common" else (section,)
+        for target in targets:
+            sides[target].append(raw)
+    if not found:
+        return None
+    return tuple(b"\n".join(sides[name]) for name in ("base", "ours", "theirs"))  # type: ignore[return-value]
+
+
+def salvage_array(data: bytes) -> list[Any]:
+    """The complete elements at the start of a damaged JSON array (a truncated file, say)."""
+    text = data.decode("utf-8-sig", errors="replace")
+    decoder = json.JSONDecoder()
+    pos = _skip(text, 0)
+    if not text.startswith("[", pos):
+        return []
+    pos = _skip(text, pos + 1)
+    out: list[Any] = []
+    while pos < len(text):
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            break
+        out.append(value)
+        pos = _skip(text, end)
+        if text.startswith(",", pos):
+            pos = _skip(text, pos + 1)
+        else:
+            break
+    return out
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _check_array_file(path: Path, name: str, report: list[Finding]) -> list[Any] | None:
+    """Findings for failures.json or pinned.json; returns the repaired records (None when nothing to fix)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        report.append(Finding("unreadable-file", name, None, str(exc.strerror or exc), fixable=False))
+        return None
+    if not data.strip():
+        return None
+    records = parse_array(data)
+    if records is None:
+        sides = _conflict_sides(data)
+        if sides is not None:
+            for number, raw in enumerate(data.split(b"\n"), start=1):
+                if _marker(raw.rstrip(b"\r")) is not None:
+                    report.append(Finding("conflict-marker", name, number, "git conflict marker line"))
+            parsed = [parse_array(side) if side.strip() else [] for side in sides]
+            if any(side is None for side in parsed):
+                detail = "a side of the conflict is not a JSON array"
+                report.append(Finding("unreadable-json", name, None, detail, fixable=False))
+                return None
+            base, ours, theirs = (side or [] for side in parsed)
+            return merge_arrays(base, ours, theirs)
+        line = _json_error_line(data)
+        salvaged = salvage_array(data)
+        report.append(
+            Finding(
+                "unreadable-json",
+                name,
+                line,
+                f"not a JSON array; {len(salvaged)} complete element(s) can be recovered",
+            )
+        )
+        return salvaged
+    keys: dict[str, int] = {}
+    duplicate = False
+    deduped: list[Any] = []
+    for position, record in enumerate(records):
+        key = record_key(record)
+        if key in keys:
+            same = records[keys[key]] == record
+            report.append(
+                Finding(
+                    "duplicate-id",
+                    name,
+                    None,
+                    f"element {position + 1} repeats element {keys[key] + 1}" + (" (identical)" if same else ""),
+                    fixable=same,
+                )
+            )
+            if same:
+                duplicate = True
+                continue
+        else:
+            keys[key] = position
+        deduped.append(record)
+    return deduped if duplicate else None
+
+
+def _json_error_line(data: bytes) -> int | None:
+    try:
+        json.loads(data.decode("utf-8-sig"))
+    except json.JSONDecodeError as exc:
+        return exc.lineno
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
+# ----------------------------------------------------------------------------- the workspace
+
+
+@dataclass
+class _Target:
+    path: Path
+    lock: Path
+    check: Callable[[Path, str, list[Finding]], Any]
+    encode: Callable[[Any], bytes]
+
+    @property
+    def name(self) -> str:
+        """The file's path from the root, as findings name it."""
+        parent = self.path.parent
+        folder = STORE_DIRNAME if parent.name == STORE_DIRNAME else f"{STORE_DIRNAME}/{parent.name}"
+        return f"{folder}/{self.path.name}"
+
+
+def _lines_bytes(lines: list[bytes]) -> bytes:
+    return b"".join(line + b"\n" for line in lines)
+
+
+def _targets(root: Path) -> list[_Target]:
+    store = store_dir(root)
+    memory = store / MEMORY_DIRNAME
+    memory_lock = store / "memory.lock"
+    return [
+        _Target(store / CATALOG_FILE, memory_lock, _check_catalog_file, _lines_bytes),
+        _Target(store / QUARANTINE_FILE, memory_lock, _check_catalog_file, _lines_bytes),
+        _Target(store / TEAM_FILE, store / "team-memory.lock", _check_team_file, _lines_bytes),
+        _Target(memory / FAILURES_FILE, memory / "failures.lock", _check_array_file, encode_array),
+        _Target(memory / PINNED_FILE, memory / "pinned.lock", _check_array_file, encode_array),
+    ]
+
+
+def _temp_files(target: _Target) -> list[Path]:
+    prefix = f".{target.path.name}."
+    try:
+        names = os.listdir(target.path.parent)
+    except OSError:
+        return []
+    return sorted(target.path.parent / name for name in names if name.startswith(prefix) and name.endswith(".tmp"))
+
+
+def _index_findings(root: Path, report: list[Finding]) -> None:
+    from memstore.catalog import MemoryCatalog
+
+    catalog = MemoryCatalog(root, readonly=True)
+    if not catalog.path.exists() or not (store_dir(root) / "index").is_dir():
+        return
+    state = catalog.health_report()["index"]
+    name = ".teaagent/index"
+    if state.get("state") == "unavailable":
+        report.append(Finding("damaged-index", name, None, str(state.get("error") or "cannot be opened")))
+    elif state.get("state") in ("behind", "not indexed"):
+        report.append(
+            Finding("stale-index", name, None, f"index is {state['state']} (reads catch it up)", severity="info")
+        )
+
+
+def diagnose(root: str | os.PathLike[str]) -> DoctorReport:
+    """Every problem doctor knows, each with file and line; reads only."""
+    base = Path(root)
+    report = DoctorReport(root=str(base))
+    if not has_store(base):
+        return report
+    for target in _targets(base):
+        for temp in _temp_files(target):
+            detail = "temp file of an unfinished rewrite"
+            report.findings.append(Finding("stale-temp", _relative(base, temp), None, detail))
+        target.check(target.path, target.name, report.findings)
+    _index_findings(base, report.findings)
+    return report
+
+
+def repair(root: str | os.PathLike[str], *, catalog_only: bool = False) -> DoctorReport:
+    """Fix what :func:`diagnose` finds; the report lists changes, backups and what is left.
+
+    ``catalog_only`` limits the repair to memory.jsonl (``memstore maintain --apply``).
+    """
+    base = Path(root)
+    report = DoctorReport(root=str(base))
+    if not has_store(base):
+        return report
+    targets = _targets(base)[:1] if catalog_only else _targets(base)
+    for target in targets:
+        if not target.path.parent.is_dir():
+            continue
+        with FileLock(target.lock):
+            for temp in _temp_files(target):
+                try:
+                    temp.unlink()
+                    report.changes.append(f"removed stale temp file {_relative(base, temp)}")
+                except OSError as exc:
+                    log.warning("cannot remove %s: %s", temp, exc)
+            found: list[Finding] = []
+            repaired = target.check(target.path, target.name, found)
+            if repaired is None:
+                continue
+            original = target.path.read_bytes()
+            backup = target.path.with_name(f"{target.path.name}.backup-{time.time_ns()}")
+            atomic_write(backup, original)
+            atomic_write(target.path, target.encode(repaired))
+            report.backups.append(_relative(base, backup))
+            kinds = sorted({finding.kind for finding in found if finding.fixable})
+            report.changes.append(f"rewrote {target.name} ({', '.join(kinds)}); original kept in {backup.name}")
+    _repair_index(base, report)
+    report.findings = diagnose(base).findings
+    return report
+
+
+def _repair_index(root: Path, report: DoctorReport) -> None:
+    from memstore.catalog import MemoryCatalog
+
+    catalog_path = store_dir(root) / CATALOG_FILE
+    if not catalog_path.exists() or not (store_dir(root) / "index").is_dir():
+        return
+    catalog = MemoryCatalog(root)
+    try:
+        catalog.reindex()
+        if not catalog.check_index().get("equal"):
+            catalog.reindex(full=True)
+            report.changes.append("rebuilt the index (it differed from the files)")
+    except IndexUnavailableError as exc:
+        try:
+            catalog.reindex(full=True)
+            report.changes.append(f"rebuilt the index ({exc})")
+        except IndexUnavailableError as again:
+            log.warning("the index cannot be rebuilt: %s", again)
+
+
+def _relative(root: Path, path: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
