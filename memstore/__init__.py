@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time they load on 
     )
     from memstore.pinned import PinnedFile, PinnedFileStorage
     from memstore.plan_mode import PlanMode, PlanModeState
+    from memstore.root import find_root
     from memstore.team import TeamMemory
     from memstore.watcher import FileWatcher
 
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "PlanMode": "memstore.plan_mode",
     "PlanModeState": "memstore.plan_mode",
     "TeamMemory": "memstore.team",
+    "find_root": "memstore.root",
     "memory_entries_to_prompt": "memstore.models",
     "memory_entry_from_payload": "memstore.models",
     "memory_matches": "memstore.models",
@@ -63,6 +65,7 @@ __all__ = [
     "PlanMode",
     "PlanModeState",
     "TeamMemory",
+    "find_root",
     "memory_entries_to_prompt",
     "memory_entry_from_payload",
     "memory_matches",

@@ -23,7 +23,7 @@ from typing import Any
 from memstore.errors import IndexUnavailableError
 from memstore.files import FileLock, atomic_write, iter_raw_lines, open_for_read
 from memstore.json_array import encode_array, parse_array
-from memstore.jsonl import decode_entry, is_blank
+from memstore.jsonl import is_blank, parse_json_bytes
 from memstore.layout import (
     CATALOG_FILE,
     FAILURES_FILE,
@@ -36,6 +36,7 @@ from memstore.layout import (
     store_dir,
 )
 from memstore.merge_json import merge_arrays, record_key
+from memstore.models import memory_entry_from_payload
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,11 @@ def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[by
             report.append(Finding("blank-line", name, line.number, "blank line"))
             change = True
             continue
-        entry = decode_entry(line.data)
+        try:
+            payload = parse_json_bytes(line.data)
+        except ValueError:
+            payload = None
+        entry = memory_entry_from_payload(payload) if payload is not None else None
         if entry is None:
             kind = "torn-tail" if not line.terminated else "corrupt-line"
             detail = "last line cut short (no newline)" if kind == "torn-tail" else "not a valid entry"
@@ -166,7 +171,7 @@ def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[by
             continue
         seen = first_line.get(entry.memory_id)
         if seen is not None:
-            same = seen[1] == entry
+            same = seen[1] == payload  # the whole record, quarantine provenance included
             report.append(
                 Finding(
                     "duplicate-id",
@@ -180,7 +185,7 @@ def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[by
                 change = True
                 continue
         else:
-            first_line[entry.memory_id] = (line.number, entry)
+            first_line[entry.memory_id] = (line.number, payload)
         kept.append(line.data)
     if last is not None and not last.terminated and not change:
         report.append(Finding("missing-newline", name, last.number, "file does not end with a newline"))
