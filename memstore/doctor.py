@@ -224,15 +224,20 @@ def _dedupe_exact(lines: list[bytes]) -> list[bytes]:
 # ----------------------------------------------------------------------------- JSON arrays
 
 
-def _conflict_sides(data: bytes) -> tuple[bytes, bytes, bytes] | None:
-    """(base, ours, theirs) texts of a file holding git conflict markers; None when it has none."""
+def _conflict_sides(data: bytes) -> tuple[bytes | None, bytes, bytes] | None:
+    """(base, ours, theirs) texts of a file holding git conflict markers; None when it has none.
+
+    The base is None unless the conflict carries its own base section (diff3 style):
+    the common lines alone are not the merge base.
+    """
     sides: dict[str, list[bytes]] = {"base": [], "ours": [], "theirs": []}
     section = "common"
-    found = False
+    found = has_base = False
     for raw in data.split(b"\n"):
         side = _marker(raw.rstrip(b"\r"))
         if side is not None:
             found = True
+            has_base = has_base or side == "base"
             section = "common" if side == "end" else side
             continue
         targets = ("base", "ours", "theirs") if section == "common" else (section,)
@@ -240,7 +245,8 @@ def _conflict_sides(data: bytes) -> tuple[bytes, bytes, bytes] | None:
             sides[target].append(raw)
     if not found:
         return None
-    return tuple(b"\n".join(sides[name]) for name in ("base", "ours", "theirs"))  # type: ignore[return-value]
+    base = b"\n".join(sides["base"]) if has_base else None
+    return base, b"\n".join(sides["ours"]), b"\n".join(sides["theirs"])
 
 
 def salvage_array(data: bytes) -> list[Any]:
@@ -290,13 +296,16 @@ def _check_array_file(path: Path, name: str, report: list[Finding]) -> list[Any]
             for number, raw in enumerate(data.split(b"\n"), start=1):
                 if _marker(raw.rstrip(b"\r")) is not None:
                     report.append(Finding("conflict-marker", name, number, "git conflict marker line"))
-            parsed = [parse_array(side) if side.strip() else [] for side in sides]
-            if any(side is None for side in parsed):
+            base_text, ours_text, theirs_text = sides
+            ours = parse_array(ours_text) if ours_text.strip() else []
+            theirs = parse_array(theirs_text) if theirs_text.strip() else []
+            if ours is None or theirs is None:
                 detail = "a side of the conflict is not a JSON array"
                 report.append(Finding("unreadable-json", name, None, detail, fixable=False))
                 return None
-            base, ours, theirs = (side or [] for side in parsed)
-            return merge_arrays(base, ours, theirs)
+            # Without a readable base nothing counts as deleted: the union of both sides.
+            base = parse_array(base_text) if base_text is not None else None
+            return merge_arrays(base or [], ours, theirs)
         line = _json_error_line(data)
         salvaged = salvage_array(data)
         report.append(

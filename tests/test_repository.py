@@ -483,3 +483,26 @@ def test_ensure_store_adds_no_git_files_to_the_personal_folder(tmp_path: Path) -
     personal = tmp_path / ".config" / "teaagent"
     ensure_store(personal, private=True)
     assert sorted(os.listdir(personal)) == []
+
+
+@pytest.mark.parametrize("style", ["merge", "diff3"])
+def test_doctor_merges_a_conflicted_json_array_by_id(tmp_path: Path, style: str) -> None:
+    from memstore.doctor import repair
+
+    pins = tmp_path / ".teaagent" / "memory" / "pinned.json"
+    pins.parent.mkdir(parents=True)
+
+    def pin(path: str, when: int) -> str:
+        return json.dumps({"file_path": path, "pinned_at": when, "last_modified": when})
+
+    # The common part alone ("[ a, ]") is not valid JSON: only a diff3 base section is a base.
+    base = [] if style == "merge" else ["||||||| base", f"  {pin('gone.txt', 1)}"]
+    text = "\n".join(
+        ["[", f"  {pin('a.txt', 1)},", "<<<<<<< HEAD", f"  {pin('b.txt', 2)}", *base,
+         "=======", f"  {pin('c.txt', 3)}", ">>>>>>> other", "]", ""]
+    )
+    pins.write_text(text)
+    report = repair(tmp_path)
+    assert report.healthy, report.to_dict()
+    assert [p["file_path"] for p in json.loads(pins.read_text())] == ["a.txt", "b.txt", "c.txt"]
+    assert [p.read_text() for p in pins.parent.glob("pinned.json.backup-*")] == [text]
