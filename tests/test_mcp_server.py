@@ -384,7 +384,8 @@ def test_a_missing_root_is_a_one_line_error(tmp_path: Path, home: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [f"memstore: error: root is not a directory: {tmp_path / 'nope'}"]
+    expected = f"memstore: error: --root: directory does not exist: {tmp_path / 'nope'}"  # memstore.root
+    assert result.stderr.strip().splitlines() == [expected]
     assert not (tmp_path / "nope").exists()
 
 
