@@ -6,6 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Tests never assert wall-clock time: hypothesis's per-example deadline is one, and it fails
+# on a loaded machine (a first call that imports or builds an index).  Examples stay bounded
+# by max_examples.
+settings.register_profile("memstore", deadline=None)
+settings.load_profile("memstore")
 
 
 def _point_home_at(mp: pytest.MonkeyPatch, home: Path) -> None:
