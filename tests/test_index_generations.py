@@ -364,3 +364,19 @@ def test_search_work_is_linear_in_the_rows_whatever_the_limit(
         assert ticks[0] > 151, "the walk was interrupted partway"
     assert built[0] <= count + 1
     assert keyed[0] <= 3 * count
+
+
+def test_long_lived_handle_follows_an_index_file_built_anew_by_another_process(tmp_path: Path) -> None:
+    """A handle's connection belongs to the index file it opened: a new file at the path is reopened."""
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add("first", tags=["a"])
+    assert catalog.search("first")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{index_path(tmp_path)}{suffix}").unlink(missing_ok=True)
+    assert MemoryCatalog(tmp_path).search("first")  # another handle builds a new file
+    catalog.add("second", tags=["a"])
+    assert [e.content for e in catalog.search("a", limit=5)] == ["second", "first"]
+    # The long-lived handle caught the shared file up, not a file that is no longer at the path.
+    with sqlite3.connect(index_path(tmp_path)) as conn:
+        assert conn.execute("SELECT count(*) FROM doc").fetchone()[0] == 2
+    assert MemoryCatalog(tmp_path).health_report()["index"]["state"] == "fresh"

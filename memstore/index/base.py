@@ -9,7 +9,8 @@ A handle keeps nothing it read from the index beyond the transaction it read it 
 (the source row, tag ids and every other lookup are read again each time): another
 handle or process may rebuild the index between two calls, and a value remembered
 from before would file new rows under ids that now mean something else.  The only
-per-handle state is the connection itself.
+per-handle state is the connection itself, tied to the generation (dev, inode) of
+the index file it opened: when a new file replaces it, the next call reconnects.
 """
 
 from __future__ import annotations

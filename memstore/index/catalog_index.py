@@ -358,7 +358,8 @@ class CatalogIndex(IndexedSource):
                 if memory_matches(entry, tokens):
                     known[row_id] = entry
                     hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id))
-            hits.sort(key=Hit.sort_key)
+            if known:  # the planner's hits come sorted; odd rows join them here
+                hits.sort(key=Hit.sort_key)
             top = hits[:limit]
             wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
             places = {

@@ -48,6 +48,8 @@ gives the exact answer; the budget only decides which one is taken."""
 FALLBACK_CAP = 20_000
 """An interrupted walk scores the FTS candidates outright when there are fewer than this."""
 FETCH = 256
+WALK_ROWS = 16_000
+"""Walks that bring more rows than this (or four times the limit) into Python give way to one pass."""
 ONE_PASS_SHARE = 8
 """A limit of at least 1/ONE_PASS_SHARE of the rows is answered by scoring every row in one pass."""
 MAX_SQL_TOKENS = 2000
@@ -138,6 +140,10 @@ class TopK:
         return len(self.heap) < self.k or (score, created_at, -row_id) > self.heap[0][0]
 
 
+class _WalkTooLong(Exception):
+    """The walks have visited more rows than a single scoring pass would cost."""
+
+
 class Planner:
     """Plans and runs one search over a consistent read snapshot."""
 
@@ -150,6 +156,9 @@ class Planner:
         self.total_rows = total_rows
         # Candidates up to about twice the limit are scored outright: a walk would visit as many.
         self.cap = max(CANDIDATE_CAP, min(2 * k, FALLBACK_CAP))
+        self.walked = 0
+        self.walk_cap = max(WALK_ROWS, 4 * k)
+        """Rows the walks may bring into Python before one SQL pass over every row is cheaper."""
         self.statements = 0
         """SQL statements run, for tests that bound the work."""
         self.long_query: str | None = None
@@ -178,11 +187,10 @@ class Planner:
             self.long_query = " AND ".join(long_phrases)
             candidates = self._few_fts(self.long_query)
             if candidates is not None:
-                self._score_ids(candidates, top)
-                return top.result()
+                # One ordered statement gives the answer: no heap, no re-sort.
+                return self._ordered(self._score_ids_cursor(candidates))
         if self.k * ONE_PASS_SHARE >= self.total_rows:
-            self._score_all(top)
-            return top.result()
+            return self._ordered(self._score_all_cursor())
         expanded: set[int] = set()
         ceiling = 0
         for token, phrase, multiplicity in zip(self.tokens, phrases, self.counts.values(), strict=True):
@@ -190,8 +198,7 @@ class Planner:
             tag_ids = self._few_tagged(token)
             if content_ids is not None and tag_ids is not None:
                 # Every matching row has this token in the content or a tag: all are expanded.
-                self._score_ids(content_ids | tag_ids, top)
-                return top.result()
+                return self._ordered(self._score_ids_cursor(content_ids | tag_ids))
             if content_ids is not None:
                 expanded |= content_ids
             else:
@@ -201,19 +208,29 @@ class Planner:
             else:
                 ceiling += TAG_POINTS * multiplicity
         self._score_ids(expanded, top)
-        for bonus in BONUS_CLASSES:
-            if self._walk_class(bonus, ceiling + bonus, expanded, top):
-                break
+        try:
+            for bonus in BONUS_CLASSES:
+                if self._walk_class(bonus, ceiling + bonus, expanded, top):
+                    break
+        except _WalkTooLong:
+            # The walk cannot stop early for this query: one pass in SQL costs less than
+            # bringing every row into Python, and gives the whole answer by itself.
+            return self._ordered(self._score_all_cursor())
         return top.result()
 
     def _execute(self, sql: str, params: object) -> sqlite3.Cursor:
         self.statements += 1
         return self.conn.execute(sql, params)  # type: ignore[arg-type]
 
-    def _score_all(self, top: TopK) -> None:
+    def _score_all_cursor(self) -> sqlite3.Cursor:
         """One exact pass over every row: SQL scores, sorts and keeps the top k."""
         sql = f"{self.select} FROM doc d WHERE {self.match_sql} ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
-        self._offer_rows(self._execute(sql, {**self.params, "k": self.k}), top)
+        return self._execute(sql, {**self.params, "k": self.k})
+
+    @staticmethod
+    def _ordered(cursor: sqlite3.Cursor) -> list[Hit]:
+        """Rows of one statement ordered as ``Hit.sort_key`` orders (score, created_at desc, id)."""
+        return [Hit(score, created_at, row_id) for row_id, score, created_at in cursor]
 
     def _score_fts(self, query: str, top: TopK) -> None:
         """One exact pass over every row the trigram index admits (the walk's fallback)."""
@@ -242,13 +259,15 @@ class Planner:
         return ids
 
     def _score_ids(self, ids: set[int], top: TopK) -> None:
-        if not ids:
-            return
+        if ids:
+            self._offer_rows(self._score_ids_cursor(ids), top)
+
+    def _score_ids_cursor(self, ids: set[int]) -> sqlite3.Cursor:
         sql = (
             f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
             " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
         )
-        self._offer_rows(self._execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k}), top)
+        return self._execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k})
 
     def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
         """Walk one bonus class newest first; stop once no later row can enter the top k.
@@ -303,6 +322,9 @@ class Planner:
                 rows = cursor.fetchmany(FETCH)
                 if not rows:
                     return False
+                self.walked += len(rows)
+                if self.walked > self.walk_cap:
+                    raise _WalkTooLong
                 for row_id, score, created_at in rows:
                     if row_id not in expanded:
                         top.offer(Hit(score, created_at, row_id))
