@@ -361,13 +361,17 @@ class CatalogIndex(IndexedSource):
             if known:  # the planner's hits come sorted; odd rows join them here
                 hits.sort(key=Hit.sort_key)
             top = hits[:limit]
-            wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
-            places = {
-                row_id: (off, length)
-                for row_id, off, length in conn.execute(
-                    "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
-                )
-            }
+            if len(top) * 8 >= state.rows:
+                # Most rows are wanted: reading the narrow pos table whole beats looking each one up.
+                places = {row_id: (off, length) for row_id, off, length in conn.execute("SELECT id, off, len FROM pos")}
+            else:
+                wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
+                places = {
+                    row_id: (off, length)
+                    for row_id, off, length in conn.execute(
+                        "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
+                    )
+                }
             found = [known.get(hit.row_id) or self._entry_at(fd, *places[hit.row_id]) for hit in top]
             # The index is input: a hit is only returned when the entry read back from the file matches.
             if not all(memory_matches(entry, tokens) for entry in found):
