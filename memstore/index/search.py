@@ -112,11 +112,8 @@ class TopK:
         self.k = k
         self.heap: list[tuple[Rank, Hit]] = []
         self.seen: set[int] = set()
-        self.offered = 0
-        """Hits offered (rows brought into Python), for tests that bound the work."""
 
     def offer(self, hit: Hit) -> None:
-        self.offered += 1
         if hit.row_id in self.seen:
             return
         self.seen.add(hit.row_id)
@@ -159,8 +156,6 @@ class Planner:
         self.walked = 0
         self.walk_cap = max(WALK_ROWS, 4 * k)
         """Rows the walks may bring into Python before one SQL pass over every row is cheaper."""
-        self.statements = 0
-        """SQL statements run, for tests that bound the work."""
         self.long_query: str | None = None
         # Balanced trees keep the expression depth logarithmic in the number of tokens
         # (SQLite caps it at 1000), so long pasted queries still run in SQL.
@@ -218,14 +213,10 @@ class Planner:
             return self._ordered(self._score_all_cursor())
         return top.result()
 
-    def _execute(self, sql: str, params: object) -> sqlite3.Cursor:
-        self.statements += 1
-        return self.conn.execute(sql, params)  # type: ignore[arg-type]
-
     def _score_all_cursor(self) -> sqlite3.Cursor:
         """One exact pass over every row: SQL scores, sorts and keeps the top k."""
         sql = f"{self.select} FROM doc d WHERE {self.match_sql} ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
-        return self._execute(sql, {**self.params, "k": self.k})
+        return self.conn.execute(sql, {**self.params, "k": self.k})
 
     @staticmethod
     def _ordered(cursor: sqlite3.Cursor) -> list[Hit]:
@@ -239,23 +230,25 @@ class Planner:
             f" WHERE doc_fts MATCH :q AND {self.match_sql}"
             " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
         )
-        self._offer_rows(self._execute(sql, {**self.params, "q": query, "k": self.k}), top)
+        self._offer_rows(self.conn.execute(sql, {**self.params, "q": query, "k": self.k}), top)
 
     def _few_fts(self, query: str) -> set[int] | None:
         """Row ids matching an FTS query when there are fewer than the cap, else None."""
-        rows = self._execute("SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?", (query, self.cap)).fetchall()
+        rows = self.conn.execute(
+            "SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?", (query, self.cap)
+        ).fetchall()
         if len(rows) >= self.cap:
             return None
         return {row[0] for row in rows}
 
     def _few_tagged(self, token: str) -> set[int] | None:
         """Ids of rows with a tag containing ``token`` when few (the tag table is exact)."""
-        tags = self._execute("SELECT tid, n FROM tagvocab WHERE instr(tag, ?) > 0", (token,)).fetchall()
+        tags = self.conn.execute("SELECT tid, n FROM tagvocab WHERE instr(tag, ?) > 0", (token,)).fetchall()
         if sum(n for _tid, n in tags) >= self.cap:
             return None
         ids: set[int] = set()
         for tid, _n in tags:
-            ids.update(row[0] for row in self._execute("SELECT id FROM entry_tag WHERE tid = ?", (tid,)))
+            ids.update(row[0] for row in self.conn.execute("SELECT id FROM entry_tag WHERE tid = ?", (tid,)))
         return ids
 
     def _score_ids(self, ids: set[int], top: TopK) -> None:
@@ -267,7 +260,7 @@ class Planner:
             f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
             " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
         )
-        return self._execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k})
+        return self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k})
 
     def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
         """Walk one bonus class newest first; stop once no later row can enter the top k.
@@ -316,7 +309,7 @@ class Planner:
         reached: list[tuple[str, int]],
     ) -> bool:
         """Offer the walk's rows until none can enter; ``reached`` gets the last row taken."""
-        cursor = self._execute(sql, params)
+        cursor = self.conn.execute(sql, params)
         try:
             while True:
                 rows = cursor.fetchmany(FETCH)
@@ -335,7 +328,7 @@ class Planner:
             cursor.close()
 
     def _count_fts(self, query: str, cap: int) -> int:
-        row = self._execute(
+        row = self.conn.execute(
             "SELECT count(*) FROM (SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?)", (query, cap)
         ).fetchone()
         return int(row[0])
