@@ -182,8 +182,8 @@ class Planner:
             self.long_query = " AND ".join(long_phrases)
             candidates = self._few_fts(self.long_query)
             if candidates is not None:
-                # One ordered statement gives the answer: no heap, no re-sort.
-                return self._ordered(self._score_ids_cursor(candidates))
+                self._score_ids(candidates, top)
+                return top.result()
         if self.k * ONE_PASS_SHARE >= self.total_rows:
             return self._ordered(self._score_all_cursor())
         expanded: set[int] = set()
@@ -193,7 +193,8 @@ class Planner:
             tag_ids = self._few_tagged(token)
             if content_ids is not None and tag_ids is not None:
                 # Every matching row has this token in the content or a tag: all are expanded.
-                return self._ordered(self._score_ids_cursor(content_ids | tag_ids))
+                self._score_ids(content_ids | tag_ids, top)
+                return top.result()
             if content_ids is not None:
                 expanded |= content_ids
             else:
