@@ -266,7 +266,7 @@ class AutoMemory:
     def search(self, query: str, *, limit: int = 10) -> list[MemoryEntry]:
         """Matching items as entries, scored and ordered exactly as MemoryCatalog.search."""
         tokens = query_tokens(query)
-        check_limit(limit)
+        limit = check_limit(limit)
         if not tokens or limit == 0:
             return []
         return search_entries(self.entries(), tokens, limit)

@@ -327,7 +327,7 @@ class MemoryCatalog:
 
     def list(self, *, limit: int = 20) -> builtins.list[MemoryEntry]:
         """Up to ``limit`` entries, newest line first."""
-        check_limit(limit)
+        limit = check_limit(limit)
         if limit == 0:
             return []
         indexed = self._from_index(lambda index: index.list(limit))
@@ -338,7 +338,7 @@ class MemoryCatalog:
     def search(self, query: str, *, limit: int = 10) -> builtins.list[MemoryEntry]:
         """Entries containing every query token, best score first (see DESIGN.md §4)."""
         tokens = query_tokens(query)
-        check_limit(limit)
+        limit = check_limit(limit)
         if not tokens or limit == 0:
             return []
         indexed = self._from_index(lambda index: index.search(tokens, limit))
@@ -408,7 +408,7 @@ class MemoryCatalog:
         return found
 
     def list_quarantined(self, *, limit: int = 20) -> builtins.list[MemoryEntry]:
-        check_limit(limit)
+        limit = check_limit(limit)
         return scan_list(self._quarantine_scan.read(), limit)
 
     def health_report(self) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class MemoryHierarchy:
         query gives three empty lists.
         """
         tokens = query_tokens(query)
-        check_limit(limit)
+        limit = check_limit(limit)
         return {
             "project": self.project.search(query, limit=limit),
             "personal": self._personal(lambda tier: tier.search(query, limit=limit)),
@@ -123,8 +123,8 @@ class MemoryHierarchy:
         that does not fit, and its header says how many were left out
         (``[project memory] 3 entries (2 more omitted)``).
         """
-        check_limit(limit)
-        check_limit(max_chars, name="max_chars")
+        limit = check_limit(limit)
+        max_chars = check_limit(max_chars, name="max_chars")
         if query is not None and not isinstance(query, str):
             raise ArgumentTypeError(f"query must be a str or None, not {type(query).__name__}")
         snapshot = self.auto_memory.read()

@@ -192,13 +192,22 @@ def memory_entries_to_prompt(entries: Iterable[MemoryEntry]) -> list[dict[str, A
     return [entry.to_dict() for entry in entries]
 
 
+MAX_LIMIT = 2**62
+"""Larger limits are taken as this one: no file holds that many items, and SQLite binds
+integers only below 2**63 (a bigger one raised OverflowError from the indexed path)."""
+
+
 def check_limit(limit: object, *, name: str = "limit") -> int:
-    """Validate a result limit: ints only (not bool), never negative."""
+    """Validate a result limit (ints only, not bool; never negative) and return it clamped to MAX_LIMIT.
+
+    Every public entry point passes its limits through here and uses the returned value,
+    so nothing past this point sees an integer SQLite or a float conversion cannot take.
+    """
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ArgumentTypeError(f"{name} must be an int, not {type(limit).__name__}")
     if limit < 0:
         raise InvalidArgumentError(f"{name} must be >= 0, got {limit}")
-    return limit
+    return min(limit, MAX_LIMIT)
 
 
 def rank_matches(scored: Iterable[tuple[int, str, int, MemoryEntry]], limit: int) -> list[MemoryEntry]:

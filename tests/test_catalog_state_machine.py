@@ -3,10 +3,17 @@
 The model is the list of active entries in file order plus the list of
 quarantined entries (with the provenance each must carry).  After every step the
 store must equal the model, read through a fresh look at the files.
+
+Besides the long-lived handle, a second handle adds and rebuilds the shared index,
+``memstore reindex --full`` runs in between, and another tool edits a line in place
+(same length) and appends in the same save; the sampling threshold of the change
+detection is lowered so every file is past it.
 """
 
 from __future__ import annotations
 
+import codecs
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -20,6 +27,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from spec_reference import spec_search
 
 from memstore.catalog import MemoryCatalog
+from memstore.cli import main as cli_main
+from memstore.index import source
 from memstore.models import MemoryEntry
 
 BRANCHES = ["main", "feature", "hotfix"]
@@ -46,11 +55,17 @@ class CatalogMachine(RuleBasedStateMachine):
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="memstore-sm-"))
         self.catalog = MemoryCatalog(self.root, use_index=self.use_index)
+        self.other = MemoryCatalog(self.root)
+        self.sampling = (source.WHOLE_BODY_BYTES, source.FINGERPRINT_BYTES)
+        # Every file is past the sampling threshold: an edit inside the old prefix is
+        # missed by the samples and must be caught by the whole-prefix digest.
+        source.WHOLE_BODY_BYTES, source.FINGERPRINT_BYTES = 64, 8
         self.active: list[MemoryEntry] = []
         self.quarantined: list[tuple[MemoryEntry, dict[str, Any]]] = []
         self.external = 0
 
     def teardown(self) -> None:
+        source.WHOLE_BODY_BYTES, source.FINGERPRINT_BYTES = self.sampling
         shutil.rmtree(self.root, ignore_errors=True)
 
     # ------------------------------------------------------------ writes
@@ -116,6 +131,41 @@ class CatalogMachine(RuleBasedStateMachine):
         with open(path, "ab") as handle:
             handle.write(data)
 
+    @precondition(lambda self: bool(self.active))
+    @rule(data=st.data(), content=contents, tags=tag_lists)
+    def external_edit_and_append(self, data: st.DataObject, content: str, tags: list[str]) -> None:
+        """Another tool rewrites one line in place (rot13: same length) and appends a line, in one save."""
+        position = data.draw(st.integers(0, len(self.active) - 1))
+        entry = self.active[position]
+        edited = dataclasses.replace(entry, content=codecs.encode(entry.content, "rot13"))
+        raw = self.catalog.path.read_bytes()
+        old = b'"content": ' + json.dumps(entry.content).encode()
+        new = b'"content": ' + json.dumps(edited.content).encode()
+        id_at = raw.index(b'"memory_id": ' + json.dumps(entry.memory_id).encode())
+        at = raw.index(old, raw.rfind(b"\n", 0, id_at) + 1)
+        self.external += 1
+        appended = MemoryEntry(f"ext{self.external:029d}", content, tuple(tags), "2020-01-01T00:00:00+00:00")
+        line = json.dumps(appended.to_dict(), sort_keys=True).encode() + b"\n"
+        with open(self.catalog.path, "r+b") as handle:
+            handle.seek(at)
+            handle.write(new)
+            handle.seek(0, 2)
+            handle.write(line if raw.endswith(b"\n") else b"\n" + line)
+        self.active[position] = edited
+        self.active.append(appended)
+
+    @rule(content=contents, tags=tag_lists)
+    def other_handle_adds(self, content: str, tags: list[str]) -> None:
+        self.active.append(self.other.add(content, tags=tags))
+
+    @rule()
+    def other_handle_rebuilds(self) -> None:
+        self.other.reindex(full=True)
+
+    @rule()
+    def cli_reindex_full(self) -> None:
+        assert cli_main(["reindex", "--full", "--root", str(self.root)]) == 0
+
     @rule(use_index=st.booleans())
     def reopen(self, use_index: bool) -> None:
         self.catalog = MemoryCatalog(self.root, use_index=use_index)
@@ -125,6 +175,10 @@ class CatalogMachine(RuleBasedStateMachine):
     @rule(query=queries, limit=st.integers(0, 6))
     def search(self, query: str, limit: int) -> None:
         assert self.catalog.search(query, limit=limit) == spec_search(self.active, query, limit)
+
+    @rule(query=queries, limit=st.integers(1, 3))
+    def other_handle_searches(self, query: str, limit: int) -> None:
+        assert self.other.search(query, limit=limit) == spec_search(self.active, query, limit)
 
     @rule(limit=st.integers(0, 6))
     def list(self, limit: int) -> None:
@@ -165,6 +219,9 @@ class CatalogMachine(RuleBasedStateMachine):
                 assert payload["provenance"]["quarantined_at"]
         quarantined_ids = {e.memory_id for e, _ in self.quarantined}
         assert not quarantined_ids & {e.memory_id for e in self.active}  # invariant 8: never promoted
+        if self.catalog.path.exists():
+            report = self.other.check_index()
+            assert report["equal"], report["summary"]
 
 
 MACHINE_SETTINGS = settings(

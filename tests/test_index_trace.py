@@ -88,15 +88,15 @@ def test_a_common_word_expands_and_walks(tmp_path: Path) -> None:
 def test_a_walk_over_its_budget_shows_the_fallback(tmp_path: Path) -> None:
     catalog = _fill(tmp_path)
     with _small_caps(walk_seconds=-1.0):
-        plan = catalog.explain("commonword", limit=60)
-        expected = _ids(catalog, "commonword", limit=60)
+        plan = catalog.explain("commonword", limit=10)
+        expected = _ids(catalog, "commonword", limit=10)
     names = [step.step for step in plan.steps]
     assert "fallback" in names
     walk = plan.steps[names.index("fallback") - 1]
     assert walk.step == "walk" and walk.outcome == "over its time budget"
     count = plan.steps[names.index("fallback")]
     assert count.detail == "count the rows the trigram index admits" and count.candidates == 120
-    assert plan.memory_ids == expected == _ids(MemoryCatalog(tmp_path, use_index=False), "commonword", limit=60)
+    assert plan.memory_ids == expected == _ids(MemoryCatalog(tmp_path, use_index=False), "commonword", limit=10)
 
 
 def test_without_the_index_the_plan_is_a_scan_and_says_why(tmp_path: Path) -> None:

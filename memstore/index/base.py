@@ -4,6 +4,13 @@ A subclass says how to bring its rows level with the file (``_apply_change``);
 this class makes sure that happens inside one ``BEGIN IMMEDIATE`` transaction that
 re-reads the source row, that answers are read from a snapshot in which the index
 matches the open file, and that a damaged index is set aside and rebuilt.
+
+A handle keeps nothing it read from the index beyond the transaction it read it in
+(the source row, tag ids and every other lookup are read again each time): another
+handle or process may rebuild the index between two calls, and a value remembered
+from before would file new rows under ids that now mean something else.  The only
+per-handle state is the connection itself, tied to the generation (dev, inode) of
+the index file it opened: when a new file replaces it, the next call reconnects.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from typing import Any, ClassVar, TypeVar
 from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
 from memstore.index.db import DatabaseFault, IndexBusyError, IndexFile, Populate, is_busy, is_corruption
-from memstore.index.source import Change, SourceState
+from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.index.trust import Generation
 
 log = logging.getLogger(__name__)
@@ -30,6 +37,26 @@ T = TypeVar("T")
 Progress = Callable[[int, int], None]
 ATTEMPTS = 4
 BIG_CHANGE_ROWS = 20_000
+
+
+FREE_SHARE = 10
+"""A rebuild that leaves more than 1/FREE_SHARE of the file's pages free compacts the file."""
+
+
+def compact(conn: sqlite3.Connection) -> None:
+    """VACUUM after a rebuild in place when the rows it dropped left much of the file free.
+
+    Deleting a source's rows frees their pages but never shrinks the file; without this a
+    file bloated by churn stays bloated through ``reindex --full``.  Best effort: a busy
+    or refused VACUUM leaves a correct, merely larger file.
+    """
+    try:
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        if free * FREE_SHARE > pages:
+            conn.execute("VACUUM")
+    except sqlite3.Error as exc:
+        log.info("index not compacted after a rebuild: %s", exc)
 
 
 class StaleRowError(Exception):
@@ -53,16 +80,25 @@ class IndexedSource:
     # ------------------------------------------------------------------ hooks
 
     def _apply_change(
-        self, conn: sqlite3.Connection, fd: int, st: os.stat_result, change: Change, state: SourceState | None
+        self,
+        conn: sqlite3.Connection,
+        fd: int,
+        st: os.stat_result,
+        change: Change,
+        state: SourceState | None,
+        prefix: PrefixDigest | None,
     ) -> int:
-        """Bring this source's rows level with the open file; returns the row count."""
+        """Bring this source's rows level with the open file; returns the row count.
+
+        ``prefix`` (GROWN only) is the verified digest of the old indexed prefix.
+        """
         raise NotImplementedError
 
     def _populate(self, conn: sqlite3.Connection) -> None:
         """Fill a brand-new index file (optional bulk path)."""
 
     def _reset_caches(self) -> None:
-        """Forget per-connection caches (after a rollback or a reconnect)."""
+        """Forget per-connection caches (after a reconnect); the built-in sources keep none."""
 
     # ------------------------------------------------------------------ connection
 
@@ -144,7 +180,7 @@ class IndexedSource:
                     conn.execute("BEGIN")
                     try:
                         state = SourceState.load(conn, self.SOURCE_NAME)
-                        if state is not None and state.classify(fd, os.fstat(fd)) is Change.NONE:
+                        if state is not None and state.is_current(fd, os.fstat(fd)):
                             return answer(conn, fd, state)
                     finally:
                         if conn.in_transaction:
@@ -165,17 +201,18 @@ class IndexedSource:
         try:
             st = os.fstat(fd)
             state = SourceState.load(conn, self.SOURCE_NAME)
-            change = Change.REPLACED if (state is None or force) else state.classify(fd, st)
+            change, prefix = (Change.REPLACED, None) if (state is None or force) else state.classify(fd, st)
             if change is Change.NONE:
                 conn.execute("COMMIT")
                 return {"action": "none", "rows": state.rows if state else 0}
-            rows = self._apply_change(conn, fd, st, change, state)
+            rows = self._apply_change(conn, fd, st, change, state, prefix)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            self._reset_caches()
             raise
+        if change is Change.REPLACED:
+            compact(conn)
         if change is Change.REPLACED or rows - (state.rows if state else 0) > BIG_CHANGE_ROWS:
             # A rebuild in place leaves a WAL as large as the index: fold it back now.
             with contextlib.suppress(sqlite3.Error):
@@ -201,7 +238,6 @@ class IndexedSource:
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
-                    self._reset_caches()
                     raise
             except DatabaseFault as exc:
                 self._on_sqlite_error(exc)
@@ -266,7 +302,7 @@ class IndexedSource:
                 )
                 return info
             indexed = state.tail_end if state.tail_end is not None else state.indexed_to
-            fresh = state.classify(fd, os.fstat(fd)) is Change.NONE
+            fresh = state.is_current(fd, os.fstat(fd))
             info.update(
                 state="fresh" if fresh else "behind",
                 entries=state.rows,

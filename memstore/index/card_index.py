@@ -26,7 +26,7 @@ from memstore.cards import (
 )
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import IndexFile, Populate
-from memstore.index.source import Change, SourceState
+from memstore.index.source import Change, PrefixDigest, SourceState
 
 SOURCE_NAME = "failures"
 LoadRecords = Callable[[bytes], list[dict[str, Any]]]
@@ -70,7 +70,13 @@ class CardIndex(IndexedSource):
         return None
 
     def _apply_change(
-        self, conn: sqlite3.Connection, fd: int, st: os.stat_result, change: Change, state: SourceState | None
+        self,
+        conn: sqlite3.Connection,
+        fd: int,
+        st: os.stat_result,
+        change: Change,
+        state: SourceState | None,
+        prefix: PrefixDigest | None,
     ) -> int:
         # A JSON array is rewritten whole: whatever changed, the rows are rebuilt.
         return self._replace_rows(conn, fd, st, self._load_records(_read_all(fd, st.st_size)))

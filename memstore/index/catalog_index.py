@@ -14,7 +14,7 @@ import json
 import os
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,7 +23,7 @@ from memstore.files import iter_raw_lines, open_for_read
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
 from memstore.index.search import Hit, Planner, PlannerFactory, search_rows, sql_safe
-from memstore.index.source import Change, SourceState
+from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry, memory_matches, memory_relevance_score, tag_bonus
 from memstore.scan import ScanResult
@@ -66,6 +66,8 @@ class _Ingest:
     pos: list[tuple[int, int, int]] = field(default_factory=list)
     fts: list[tuple[int, str, str]] = field(default_factory=list)
     tags: list[tuple[int, str]] = field(default_factory=list)
+    tag_ids: dict[str, int] = field(default_factory=dict)
+    """tag -> tid as read or assigned in this catch-up's transaction, and never beyond it."""
 
 
 def row_values(entry: MemoryEntry) -> tuple[str | None, str, str, str | None, int, int]:
@@ -92,6 +94,68 @@ def _encodable(value: str | None) -> bool:
     return True
 
 
+MAX_TAG_PIECES = 32
+"""Rows whose tag text splits into more pieces than this have their tags found by a scan."""
+
+
+def _tag_candidates(tag_text: str) -> set[str]:
+    """Every string that can be one of the tags joined (by newlines) into ``tag_text``.
+
+    A tag may itself hold a newline, so each run of consecutive pieces is a candidate.
+    """
+    pieces = tag_text.split("\n")
+    return {"\n".join(pieces[i:j]) for i in range(len(pieces)) for j in range(i + 1, len(pieces) + 1)}
+
+
+def _delete_tags(conn: sqlite3.Connection, rows: Iterable[tuple[int, str]]) -> None:
+    """Drop the entry_tag rows of these (id, tag text) rows; decrement counts, drop unused tags.
+
+    entry_tag is keyed (tid, id), so each row's tags are found from its own tag text
+    and deleted by key; only a pathological row (hundreds of tags) costs a scan.
+    """
+    wanted: list[tuple[int, set[str]]] = []
+    scan_ids: list[int] = []
+    for row_id, tag_text in rows:
+        if not tag_text:
+            continue
+        if tag_text.count("\n") >= MAX_TAG_PIECES:
+            scan_ids.append(row_id)
+        else:
+            wanted.append((row_id, _tag_candidates(tag_text)))
+    removed: Counter[int] = Counter()
+    if wanted:
+        names = sorted(set().union(*(candidates for _row, candidates in wanted)))
+        tids = dict(
+            conn.execute(
+                "SELECT tag, tid FROM tagvocab WHERE tag IN (SELECT value FROM json_each(?))", (json.dumps(names),)
+            )
+        )
+        for row_id, candidates in wanted:
+            for name in candidates:
+                tid = tids.get(name)
+                if (
+                    tid is not None
+                    and conn.execute("DELETE FROM entry_tag WHERE tid = ? AND id = ?", (tid, row_id)).rowcount
+                ):
+                    removed[tid] += 1
+    for row_id in scan_ids:
+        removed.update(tid for (tid,) in conn.execute("DELETE FROM entry_tag WHERE id = ? RETURNING tid", (row_id,)))
+    if removed:
+        conn.executemany("UPDATE tagvocab SET n = n - ? WHERE tid = ?", [(n, tid) for tid, n in removed.items()])
+        conn.execute(
+            "DELETE FROM tagvocab WHERE n <= 0 AND tid IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted(removed)),),
+        )
+
+
+def _indexed_tags(conn: sqlite3.Connection) -> dict[int, frozenset[str]]:
+    """Row id -> the tags the tag tables file it under (for ``check``)."""
+    found: dict[int, set[str]] = {}
+    for row_id, tag in conn.execute("SELECT e.id, v.tag FROM entry_tag e JOIN tagvocab v ON v.tid = e.tid"):
+        found.setdefault(row_id, set()).add(tag)
+    return {row_id: frozenset(names) for row_id, names in found.items()}
+
+
 class CatalogIndex(IndexedSource):
     """The derived index of one memory.jsonl (project or personal tier)."""
 
@@ -99,10 +163,6 @@ class CatalogIndex(IndexedSource):
 
     def __init__(self, path: Path, *, readonly: bool = False, private: bool = False) -> None:
         super().__init__(Path(path), IndexFile(Path(path).parent, readonly=readonly, private=private))
-        self._tag_ids: dict[str, int] = {}
-
-    def _reset_caches(self) -> None:
-        self._tag_ids = {}
 
     def _populate(self, conn: sqlite3.Connection) -> None:
         """Bulk-load a brand-new index file (journal off; it is renamed into place after)."""
@@ -119,19 +179,24 @@ class CatalogIndex(IndexedSource):
             conn.execute("BEGIN")
             for name, _sql in indexes:
                 conn.execute(f'DROP INDEX "{name}"')
-            self._tag_ids = {}
             self._ingest(conn, fd, os.fstat(fd), rebuild=True, state=None)
             for _name, sql in indexes:
                 conn.execute(sql)
             conn.execute("COMMIT")
         finally:
-            self._tag_ids = {}
             os.close(fd)
 
     def _apply_change(
-        self, conn: sqlite3.Connection, fd: int, st: os.stat_result, change: Change, state: SourceState | None
+        self,
+        conn: sqlite3.Connection,
+        fd: int,
+        st: os.stat_result,
+        change: Change,
+        state: SourceState | None,
+        prefix: PrefixDigest | None,
     ) -> int:
-        return self._ingest(conn, fd, st, rebuild=change is Change.REPLACED, state=state).rows
+        rebuild = change is Change.REPLACED
+        return self._ingest(conn, fd, st, rebuild=rebuild, state=state, prefix=None if rebuild else prefix).rows
 
     def _ingest(
         self,
@@ -141,6 +206,7 @@ class CatalogIndex(IndexedSource):
         *,
         rebuild: bool,
         state: SourceState | None,
+        prefix: PrefixDigest | None = None,
     ) -> _Ingest:
         if rebuild or state is None:
             self._clear(conn)
@@ -196,6 +262,7 @@ class CatalogIndex(IndexedSource):
             rows=ingest.rows,
             corrupt=ingest.corrupt,
             blank=ingest.blank,
+            prefix=prefix,
         ).save(conn)
         return ingest
 
@@ -221,22 +288,25 @@ class CatalogIndex(IndexedSource):
         if ingest.fts and not ingest.bulk:
             conn.executemany("INSERT INTO doc_fts(rowid, c, t) VALUES (?,?,?)", ingest.fts)
         if ingest.tags:
+            tag_ids = ingest.tag_ids
             counts = Counter(tag for _row, tag in ingest.tags)
             for tag in counts:
-                if tag not in self._tag_ids:
+                if tag not in tag_ids:
                     found = conn.execute("SELECT tid FROM tagvocab WHERE tag = ?", (tag,)).fetchone()
                     if found is None:
                         cursor = conn.execute("INSERT INTO tagvocab(tag, n) VALUES (?, 0)", (tag,))
-                        self._tag_ids[tag] = int(cursor.lastrowid or 0)
+                        tag_ids[tag] = int(cursor.lastrowid or 0)
                     else:
-                        self._tag_ids[tag] = int(found[0])
+                        tag_ids[tag] = int(found[0])
+            # Tags are deduplicated per entry (normalize_tags), so n counts entry_tag rows exactly.
             conn.executemany(
-                "UPDATE tagvocab SET n = n + ? WHERE tid = ?",
-                [(n, self._tag_ids[tag]) for tag, n in counts.items()],
+                "UPDATE tagvocab SET n = n + ? WHERE tid = ?", [(n, tag_ids[tag]) for tag, n in counts.items()]
             )
+            # OR IGNORE: an index written before deletes dropped tag rows may still hold a
+            # reused id's old pairs; a superset is safe for the planner, a failed catch-up is not.
             conn.executemany(
                 "INSERT OR IGNORE INTO entry_tag(tid, id) VALUES (?, ?)",
-                [(self._tag_ids[tag], row_id) for row_id, tag in ingest.tags],
+                [(tag_ids[tag], row_id) for row_id, tag in ingest.tags],
             )
         ingest.docs.clear()
         ingest.pos.clear()
@@ -249,18 +319,16 @@ class CatalogIndex(IndexedSource):
         conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('delete-all')")
         conn.execute("DELETE FROM entry_tag")
         conn.execute("DELETE FROM tagvocab")
-        self._tag_ids = {}
 
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
-        """Remove rows and their FTS entries.
-
-        The tag tables are left as they are: they only ever need to be a superset
-        (the planner re-checks every row it takes from them).
-        """
+        """Remove rows, their FTS entries and their tags (tag counts stay exact)."""
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
+            _delete_tags(
+                conn, conn.execute(f"SELECT id, t FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
+            )
             conn.execute(
                 f"INSERT INTO doc_fts(doc_fts, rowid, c, t) SELECT 'delete', id, c, t FROM doc WHERE id IN ({marks})",
                 chunk,
@@ -290,15 +358,20 @@ class CatalogIndex(IndexedSource):
                 if memory_matches(entry, tokens):
                     known[row_id] = entry
                     hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id))
-            hits.sort(key=Hit.sort_key)
+            if known:  # the planner's hits come sorted; odd rows join them here
+                hits.sort(key=Hit.sort_key)
             top = hits[:limit]
-            wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
-            places = {
-                row_id: (off, length)
-                for row_id, off, length in conn.execute(
-                    "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
-                )
-            }
+            if len(top) * 8 >= state.rows:
+                # Most rows are wanted: reading the narrow pos table whole beats looking each one up.
+                places = {row_id: (off, length) for row_id, off, length in conn.execute("SELECT id, off, len FROM pos")}
+            else:
+                wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
+                places = {
+                    row_id: (off, length)
+                    for row_id, off, length in conn.execute(
+                        "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
+                    )
+                }
             found = [known.get(hit.row_id) or self._entry_at(fd, *places[hit.row_id]) for hit in top]
             # The index is input: a hit is only returned when the entry read back from the file matches.
             if not all(memory_matches(entry, tokens) for entry in found):
@@ -416,15 +489,32 @@ class CatalogIndex(IndexedSource):
             try:
                 conn = self._connection()
                 differing = indexed = 0
+                tags = _indexed_tags(conn)
                 expected = iter(scanned.entries)
-                for row in conn.execute(
-                    "SELECT pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.odd"
+                for row_id, *row in conn.execute(
+                    "SELECT doc.id, pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.odd"
                     " FROM doc JOIN pos ON pos.id = doc.id ORDER BY doc.id"
                 ):
                     indexed += 1
                     item = next(expected, None)
-                    if item is None or row != (item.order, *row_values(item.entry)):
+                    if item is None:
                         differing += 1
+                        continue
+                    values = row_values(item.entry)
+                    wanted_tags = frozenset() if values[-1] else frozenset(item.entry.tags)
+                    if tuple(row) != (item.order, *values) or tags.pop(row_id, frozenset()) != wanted_tags:
+                        differing += 1
+                # Tag pairs of rows that do not exist, and counts that are not the pairs' count.
+                orphan_tags = (
+                    len(tags)
+                    + conn.execute(
+                        "SELECT count(*) FROM tagvocab v"
+                        " WHERE n <= 0 OR n != (SELECT count(*) FROM entry_tag e WHERE e.tid = v.tid)"
+                    ).fetchone()[0]
+                    + conn.execute(
+                        "SELECT count(*) FROM entry_tag WHERE tid NOT IN (SELECT tid FROM tagvocab)"
+                    ).fetchone()[0]
+                )
                 orphans = conn.execute(
                     "SELECT (SELECT count(*) FROM pos) + (SELECT count(*) FROM doc)"
                     " - 2 * (SELECT count(*) FROM doc JOIN pos ON pos.id = doc.id)"
@@ -443,13 +533,14 @@ class CatalogIndex(IndexedSource):
                     "scanned": len(scanned.entries),
                 }
             missing = max(0, len(scanned.entries) - indexed)
-            equal = not (differing or missing or orphans) and integrity == "ok" and fts_ok
+            equal = not (differing or missing or orphans or orphan_tags) and integrity == "ok" and fts_ok
             if not equal:
                 self._write(self._forget_state)
         summary = (
             "index equals a fresh scan"
             if equal
             else f"index differs: {differing} rows differ, {missing} missing, {orphans} orphaned,"
+            f" {orphan_tags} tag rows wrong,"
             f" {indexed} indexed vs {len(scanned.entries)} scanned, sqlite check {integrity!r},"
             f" fts check {'ok' if fts_ok else 'failed'}; the next reindex rebuilds it"
         )

@@ -12,7 +12,13 @@ token; it combines three exact pieces:
    lowers the best score such a row can reach.
 3. *Walk*: walk the remaining rows per bonus class, newest first, scoring each,
    and stop as soon as no later row of the class can still enter the top k.
-   A walk that runs long falls back to one exact SQL pass over its class.
+   A walk that runs long switches to one exact pass over the trigram candidates
+   when they are few, or else carries on from the row it had reached.
+
+When ``k`` is large next to the catalog the walk cannot stop early, so every row
+is scored in one SQL pass instead.  The top k is a heap (O(log k) a row), so no
+plan costs more than a constant factor over one pass over the rows: the indexed
+search is never slower than the scan, whatever the limit.
 
 Rows SQLite cannot hold exactly (lone surrogates, NUL) are kept out of SQL and
 scored in Python by the caller; tokens containing such characters skip SQL.
@@ -20,6 +26,7 @@ scored in Python by the caller; tokens containing such characters skip SQL.
 
 from __future__ import annotations
 
+import heapq
 import json
 import sqlite3
 import time
@@ -41,6 +48,10 @@ gives the exact answer; the budget only decides which one is taken."""
 FALLBACK_CAP = 20_000
 """An interrupted walk scores the FTS candidates outright when there are fewer than this."""
 FETCH = 256
+WALK_ROWS = 16_000
+"""Walks that bring more rows than this (or four times the limit) into Python give way to one pass."""
+ONE_PASS_SHARE = 8
+"""A limit of at least 1/ONE_PASS_SHARE of the rows is answered by scoring every row in one pass."""
 MAX_SQL_TOKENS = 2000
 """Distinct tokens one search binds (two parameters each, within SQLite's variable limit)."""
 
@@ -90,43 +101,44 @@ def fts_phrase(token: str) -> str | None:
     return "(" + " AND ".join('"' + gram.replace('"', '""') + '"' for gram in grams) + ")"
 
 
+Rank = tuple[int, str, int]
+"""(score, created_at, -row_id): larger is better, the inverse of ``Hit.sort_key``."""
+
+
 class TopK:
-    """The best ``k`` hits seen so far, deduplicated by row id."""
+    """The best ``k`` hits seen so far, deduplicated by row id: a min-heap with the worst on top."""
 
     def __init__(self, k: int) -> None:
         self.k = k
-        self.hits: list[Hit] = []
+        self.heap: list[tuple[Rank, Hit]] = []
         self.seen: set[int] = set()
 
     def offer(self, hit: Hit) -> None:
         if hit.row_id in self.seen:
             return
         self.seen.add(hit.row_id)
-        self.hits.append(hit)
-        if len(self.hits) > 4 * self.k + 64:
-            self._trim()
-
-    def _trim(self) -> None:
-        self.hits.sort(key=Hit.sort_key)
-        del self.hits[self.k :]
+        rank = (hit.score, hit.created_at, -hit.row_id)
+        if len(self.heap) < self.k:
+            heapq.heappush(self.heap, (rank, hit))
+        elif rank > self.heap[0][0]:
+            heapq.heapreplace(self.heap, (rank, hit))
 
     def result(self) -> list[Hit]:
-        self._trim()
-        return list(self.hits)
+        return sorted((hit for _rank, hit in self.heap), key=Hit.sort_key)
 
     def full(self) -> bool:
-        return len(self.hits) >= self.k
+        return len(self.heap) >= self.k
 
     def worst(self) -> Hit:
-        self._trim()
-        return self.hits[-1]
+        return self.heap[0][1]
 
-    def beats_worst(self, key: tuple[int, Descending, int]) -> bool:
-        """Could a hit with this key (or any later one) still enter the top k?"""
-        if len(self.hits) < self.k:
-            return True
-        self._trim()
-        return key < self.hits[-1].sort_key()
+    def could_enter(self, score: int, created_at: str, row_id: int) -> bool:
+        """Could a hit ranked like this (or any ranked below it) still enter the top k?"""
+        return len(self.heap) < self.k or (score, created_at, -row_id) > self.heap[0][0]
+
+
+class _WalkTooLong(Exception):
+    """The walks have visited more rows than a single scoring pass would cost."""
 
 
 class Planner:
@@ -138,7 +150,12 @@ class Planner:
         self.counts = Counter(tokens)
         self.tokens = list(self.counts)
         self.params = {f"p{i}": token for i, token in enumerate(self.tokens)}
-        self.cap = CANDIDATE_CAP
+        self.total_rows = total_rows
+        # Candidates up to about twice the limit are scored outright: a walk would visit as many.
+        self.cap = max(CANDIDATE_CAP, min(2 * k, FALLBACK_CAP))
+        self.walked = 0
+        self.walk_cap = max(WALK_ROWS, 4 * k)
+        """Rows the walks may bring into Python before one SQL pass over every row is cheaper."""
         self.long_query: str | None = None
         # Balanced trees keep the expression depth logarithmic in the number of tokens
         # (SQLite caps it at 1000), so long pasted queries still run in SQL.
@@ -167,6 +184,8 @@ class Planner:
             if candidates is not None:
                 self._score_ids(candidates, top)
                 return top.result()
+        if self.k * ONE_PASS_SHARE >= self.total_rows:
+            return self._ordered(self._score_all_cursor())
         expanded: set[int] = set()
         ceiling = 0
         for token, phrase, multiplicity in zip(self.tokens, phrases, self.counts.values(), strict=True):
@@ -185,10 +204,25 @@ class Planner:
             else:
                 ceiling += TAG_POINTS * multiplicity
         self._score_ids(expanded, top)
-        for bonus in BONUS_CLASSES:
-            if self._walk_class(bonus, ceiling + bonus, expanded, top):
-                break
+        try:
+            for bonus in BONUS_CLASSES:
+                if self._walk_class(bonus, ceiling + bonus, expanded, top):
+                    break
+        except _WalkTooLong:
+            # The walk cannot stop early for this query: one pass in SQL costs less than
+            # bringing every row into Python, and gives the whole answer by itself.
+            return self._ordered(self._score_all_cursor())
         return top.result()
+
+    def _score_all_cursor(self) -> sqlite3.Cursor:
+        """One exact pass over every row: SQL scores, sorts and keeps the top k."""
+        sql = f"{self.select} FROM doc d WHERE {self.match_sql} ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
+        return self.conn.execute(sql, {**self.params, "k": self.k})
+
+    @staticmethod
+    def _ordered(cursor: sqlite3.Cursor) -> list[Hit]:
+        """Rows of one statement ordered as ``Hit.sort_key`` orders (score, created_at desc, id)."""
+        return [Hit(score, created_at, row_id) for row_id, score, created_at in cursor]
 
     def _score_fts(self, query: str, top: TopK) -> None:
         """One exact pass over every row the trigram index admits (the walk's fallback)."""
@@ -219,59 +253,80 @@ class Planner:
         return ids
 
     def _score_ids(self, ids: set[int], top: TopK) -> None:
-        if not ids:
-            return
+        if ids:
+            self._offer_rows(self._score_ids_cursor(ids), top)
+
+    def _score_ids_cursor(self, ids: set[int]) -> sqlite3.Cursor:
         sql = (
             f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
             " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
         )
-        self._offer_rows(self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k}), top)
+        return self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k})
 
-    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK, *, budget: bool = True) -> bool:
+    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
         """Walk one bonus class newest first; stop once no later row can enter the top k.
 
         The match is filtered in SQL, so rows that do not match cost no Python.  A walk
-        that runs past WALK_SECONDS (SQLite's progress handler interrupts it) switches to
-        whichever exact pass is cheaper: scoring every FTS candidate when there are fewer
-        than FALLBACK_CAP (then all classes are done: returns True), or else finishing
-        the walk without a budget.  Either way the answer is the same.
+        that runs past WALK_SECONDS (SQLite's progress handler interrupts it) scores every
+        FTS candidate outright when there are fewer than FALLBACK_CAP (then all classes
+        are done: returns True); otherwise it carries on, without a budget, from the row
+        it had reached, so no row is walked twice.  Either way the answer is the same.
         """
         if top.full() and ceiling < top.worst().score:
             return False
-        sql = (
-            f"{self.select} FROM doc d INDEXED BY doc_walk WHERE d.bonus = :b AND {self.match_sql}"
-            " ORDER BY d.created_at DESC, d.id"
-        )
+        walk = f"{self.select} FROM doc d INDEXED BY doc_walk WHERE d.bonus = :b AND {self.match_sql}"
+        order = " ORDER BY d.created_at DESC, d.id"
+        params: dict[str, object] = {**self.params, "b": bonus}
+        # The (created_at, id) of the last row taken: a resumed walk starts just after it.
+        reached: list[tuple[str, int]] = []
         deadline = time.perf_counter() + WALK_SECONDS
 
         def over_budget() -> int:
             return 1 if time.perf_counter() > deadline else 0
 
-        if budget:
-            self.conn.set_progress_handler(over_budget, PROGRESS_OPS)
-        cursor = self.conn.cursor()
+        self.conn.set_progress_handler(over_budget, PROGRESS_OPS)
         try:
-            cursor.execute(sql, {**self.params, "b": bonus})
+            return self._walk_rows(walk + order, params, ceiling, expanded, top, reached)
+        except sqlite3.OperationalError as exc:
+            if "interrupt" not in str(exc).lower():
+                raise
+        finally:
+            self.conn.set_progress_handler(None, 0)
+        if self.long_query is not None and self._count_fts(self.long_query, FALLBACK_CAP) < FALLBACK_CAP:
+            self._score_fts(self.long_query, top)
+            return True
+        if reached:
+            walk += " AND d.created_at <= :rc AND (d.created_at < :rc OR d.id > :ri)"
+            params.update(rc=reached[0][0], ri=reached[0][1])
+        return self._walk_rows(walk + order, params, ceiling, expanded, top, [])
+
+    def _walk_rows(
+        self,
+        sql: str,
+        params: dict[str, object],
+        ceiling: int,
+        expanded: set[int],
+        top: TopK,
+        reached: list[tuple[str, int]],
+    ) -> bool:
+        """Offer the walk's rows until none can enter; ``reached`` gets the last row taken."""
+        cursor = self.conn.execute(sql, params)
+        try:
             while True:
                 rows = cursor.fetchmany(FETCH)
                 if not rows:
                     return False
+                self.walked += len(rows)
+                if self.walked > self.walk_cap:
+                    raise _WalkTooLong
                 for row_id, score, created_at in rows:
                     if row_id not in expanded:
                         top.offer(Hit(score, created_at, row_id))
-                    if not top.beats_worst((-ceiling, Descending(created_at), row_id)):
+                    if not top.could_enter(ceiling, created_at, row_id):
                         return False
-        except sqlite3.OperationalError as exc:
-            if not budget or "interrupt" not in str(exc).lower():
-                raise
+                reached[:] = [(rows[-1][2], rows[-1][0])]
         finally:
             cursor.close()
-            if budget:
-                self.conn.set_progress_handler(None, 0)
-        if self.long_query is not None and self._count_fts(self.long_query, FALLBACK_CAP) < FALLBACK_CAP:
-            self._score_fts(self.long_query, top)
-            return True
-        return self._walk_class(bonus, ceiling, expanded, top, budget=False)
 
     def _count_fts(self, query: str, cap: int) -> int:
         row = self.conn.execute(

@@ -1,13 +1,25 @@
 """What the index remembers about a canonical file, and how it decides what changed.
 
 Staleness is decided by (device, inode, size, mtime, ctime) plus fingerprints of
-the indexed bytes, never by mtime alone: the file head, the 4 KiB just before the
-indexed offset, and a *body* fingerprint (the whole indexed prefix while it is
-small, evenly spaced 4 KiB samples of it beyond that).  ctime cannot be set back
-by a user, so an in-place edit that restores mtime is still seen; the body
-samples catch a grown file whose middle was rewritten in place (which shifts the
-bytes after the edit).  A same-size edit inside one timestamp tick that touches
-no sampled block is the remaining blind spot; ``memstore reindex --check`` finds it.
+the indexed bytes, never by mtime alone.
+
+* A grown file is taken as an append only when a digest of *every* byte before
+  the old indexed offset equals the one recorded: an edit anywhere in the indexed
+  prefix, whatever its length, makes it a rebuild.  The digest is extended over
+  the new bytes by the same catch-up that reads them, so an append costs one
+  sequential read of the file (about 1.5 GB/s hashed; 8 MB at 20k entries, a few
+  milliseconds) and no second pass.
+* A file whose size and times are unchanged is current.  When its times are so
+  close to the moment it was indexed that a same-size edit could hide inside one
+  timestamp tick ("racy", as git calls it), the cheap sampled fingerprints are
+  compared on each read: the head, the 4 KiB before the indexed offset and the
+  sampled *body* (the whole prefix while it is small, evenly spaced 4 KiB blocks
+  beyond that).  A same-size edit inside one tick that touches no sampled block is
+  the one remaining blind spot; ``memstore reindex --check`` finds it.
+
+The ``body_hash`` column holds the sampled body digest followed by the whole-prefix
+digest (no schema change: an index recorded before carries only the first half,
+so its next append is a rebuild).
 """
 
 from __future__ import annotations
@@ -25,6 +37,8 @@ FINGERPRINT_BYTES = 4096
 WHOLE_BODY_BYTES = 1024 * 1024
 """Indexed prefixes up to this size are fingerprinted whole; larger ones by samples."""
 BODY_SAMPLES = 16
+DIGEST_BYTES = 16
+READ_CHUNK = 1024 * 1024
 
 
 def _digest(*chunks: bytes) -> bytes:
@@ -53,6 +67,36 @@ def body_fingerprint(fd: int, indexed_to: int) -> bytes:
         return fingerprint(fd, 0, indexed_to)
     span = indexed_to - FINGERPRINT_BYTES
     return _digest(*(os.pread(fd, FINGERPRINT_BYTES, span * i // (BODY_SAMPLES - 1)) for i in range(BODY_SAMPLES)))
+
+
+class PrefixDigest:
+    """A running digest of a file's first ``end`` bytes, extended as the indexed prefix grows."""
+
+    __slots__ = ("_hasher", "end")
+
+    def __init__(self) -> None:
+        self._hasher = hashlib.sha256()
+        self.end = 0
+
+    @classmethod
+    def of(cls, fd: int, end: int) -> PrefixDigest:
+        digest = cls()
+        digest.extend(fd, end)
+        return digest
+
+    def extend(self, fd: int, end: int) -> None:
+        """Hash the bytes from the current end up to ``end`` (stops early if the file is shorter)."""
+        buffer = bytearray(READ_CHUNK)
+        view = memoryview(buffer)
+        while self.end < end:
+            got = os.preadv(fd, [view[: min(READ_CHUNK, end - self.end)]], self.end)
+            if got <= 0:
+                break
+            self._hasher.update(view[:got])
+            self.end += got
+
+    def digest(self) -> bytes:
+        return self._hasher.digest()[:DIGEST_BYTES]
 
 
 class Change(Enum):
@@ -116,7 +160,16 @@ class SourceState:
         rows: int,
         corrupt: int,
         blank: int,
+        prefix: PrefixDigest | None = None,
     ) -> SourceState:
+        """The state of the open file indexed up to ``indexed_to``.
+
+        ``prefix`` is a digest already covering a leading part of the file (the
+        verified old prefix of an append); only the bytes after it are read.
+        """
+        if prefix is None or prefix.end > indexed_to:
+            prefix = PrefixDigest()
+        prefix.extend(fd, indexed_to)
         return cls(
             name=name,
             dev=st.st_dev,
@@ -128,33 +181,51 @@ class SourceState:
             tail_end=tail_end,
             head_hash=head_fingerprint(fd, indexed_to),
             edge_hash=edge_fingerprint(fd, indexed_to),
-            body_hash=body_fingerprint(fd, indexed_to),
+            body_hash=body_fingerprint(fd, indexed_to) + prefix.digest(),
             recorded_ns=time.time_ns(),
             rows=rows,
             corrupt=corrupt,
             blank=blank,
         )
 
-    def prefix_intact(self, fd: int) -> bool:
-        """The indexed bytes still look as they did: head, edge and body fingerprints."""
+    def samples_intact(self, fd: int) -> bool:
+        """The sampled fingerprints (head, edge, body samples) still match: the cheap racy check."""
         return (
             head_fingerprint(fd, self.indexed_to) == self.head_hash
             and edge_fingerprint(fd, self.indexed_to) == self.edge_hash
-            and body_fingerprint(fd, self.indexed_to) == self.body_hash
+            and body_fingerprint(fd, self.indexed_to) == self.body_hash[:DIGEST_BYTES]
         )
 
-    def classify(self, fd: int, st: os.stat_result) -> Change:
-        """How the open file differs from what was indexed."""
-        if (self.dev, self.ino) != (st.st_dev, st.st_ino):
-            return Change.REPLACED
-        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (self.size, self.mtime_ns, self.ctime_ns):
-            racy = max(st.st_mtime_ns, st.st_ctime_ns) >= self.recorded_ns - RACY_WINDOW_NS
-            if racy and not self.prefix_intact(fd):
-                return Change.REPLACED
-            return Change.NONE
-        if st.st_size <= self.size:
-            # Same size with new times, or shrunk: edited in place, truncated or touched.
-            return Change.REPLACED
-        if not self.prefix_intact(fd):
-            return Change.REPLACED
-        return Change.GROWN
+    def verified_prefix(self, fd: int) -> PrefixDigest | None:
+        """The digest of every byte before ``indexed_to`` when it equals the recorded one, else None."""
+        recorded = self.body_hash[DIGEST_BYTES:]
+        if len(recorded) != DIGEST_BYTES or not self.samples_intact(fd):
+            return None
+        prefix = PrefixDigest.of(fd, self.indexed_to)
+        if prefix.end != self.indexed_to or prefix.digest() != recorded:
+            return None
+        return prefix
+
+    def is_current(self, fd: int, st: os.stat_result) -> bool:
+        """The open file is exactly what was indexed, as far as a read can afford to check."""
+        if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (
+            self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns,
+        ):  # fmt: skip
+            return False
+        racy = max(st.st_mtime_ns, st.st_ctime_ns) >= self.recorded_ns - RACY_WINDOW_NS
+        return not racy or self.samples_intact(fd)
+
+    def classify(self, fd: int, st: os.stat_result) -> tuple[Change, PrefixDigest | None]:
+        """How the open file differs from what was indexed.
+
+        GROWN comes with the verified digest of the old prefix, for the catch-up to extend.
+        """
+        if self.is_current(fd, st):
+            return Change.NONE, None
+        if (self.dev, self.ino) != (st.st_dev, st.st_ino) or st.st_size <= self.size:
+            # Replaced; same size with new times; shrunk: edited in place, truncated or touched.
+            return Change.REPLACED, None
+        prefix = self.verified_prefix(fd)
+        if prefix is None:
+            return Change.REPLACED, None
+        return Change.GROWN, prefix

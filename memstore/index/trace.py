@@ -178,13 +178,13 @@ class TracedPlanner(Planner):
             super()._score_ids(ids, top)
             step.candidates, step.outcome = len(ids), "scored"
 
-    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK, *, budget: bool = True) -> bool:
-        detail = f"bonus class {bonus}, best reachable score {ceiling}" + ("" if budget else ", no time budget")
+    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
+        detail = f"bonus class {bonus}, best reachable score {ceiling}"
         with self.trace.timed("walk", detail) as step:
             if top.full() and ceiling < top.worst().score:
                 step.outcome = "skipped: no row of this class can enter the top k"
             before = len(self.trace.steps)
-            finished = super()._walk_class(bonus, ceiling, expanded, top, budget=budget)
+            finished = super()._walk_class(bonus, ceiling, expanded, top)
             if not step.outcome:
                 interrupted = len(self.trace.steps) > before
                 step.outcome = "over its time budget" if interrupted else "done"
