@@ -99,6 +99,10 @@ def test_sigkilled_writers_lose_no_acknowledged_entry(tmp_path: Path) -> None:
 
     running = {w: start(w, 0) for w in range(processes)}
     generations = dict.fromkeys(running, 0)
+    # A worker is killed only once it has acknowledged something since it was started: on a
+    # loaded machine a fresh interpreter can take longer to start than the kill interval, and
+    # killing it before its first operation would make no progress at all.
+    done_at_start = dict.fromkeys(running, 0)
     kills = 0
     probe_ids: list[str] = []
     probe_seconds: list[float] = []
@@ -111,7 +115,10 @@ def test_sigkilled_writers_lose_no_acknowledged_entry(tmp_path: Path) -> None:
                 del running[worker]
         if not running:
             break
-        worker = rng.choice(sorted(running))
+        progressed = sorted(w for w in running if done_ops(w) > done_at_start[w])
+        if not progressed:
+            continue
+        worker = rng.choice(progressed)
         os.kill(running[worker].pid, signal.SIGKILL)
         running[worker].join()
         kills += 1
@@ -123,6 +130,7 @@ def test_sigkilled_writers_lose_no_acknowledged_entry(tmp_path: Path) -> None:
             probe_seconds.append(time.monotonic() - started)
         if done_ops(worker) < ops:
             generations[worker] += 1
+            done_at_start[worker] = done_ops(worker)
             running[worker] = start(worker, generations[worker])
         else:
             del running[worker]
