@@ -26,6 +26,8 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 """Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
 
 READ_CHUNK = 1024 * 1024
+MAX_JSON_FILE_BYTES = 256 * 1024 * 1024
+"""failures.json and pinned.json larger than this read as unreadable (bounded memory)."""
 RACY_WINDOW_NS = 100_000_000
 """A file modified this close to when its state was recorded is re-verified (as git does):
 filesystem timestamps are coarse, so a same-size change within one tick keeps the mtime."""
@@ -443,3 +445,69 @@ def open_for_read(path: Path) -> int | None:
         raise
     except OSError as exc:
         raise storage_error("open", path, exc) from exc
+
+
+def open_regular_file(path: Path, *, max_bytes: int, follow_symlinks: bool = True) -> tuple[int, os.stat_result]:
+    """Open ``path`` for reading only if it is a regular file of at most ``max_bytes``.
+
+    Repository content is input: a path may name a FIFO (an open would wait for a
+    writer forever), a device such as ``/dev/zero`` (endless bytes) or a huge file.
+    The open is non-blocking and the check is made on the opened descriptor, so what
+    is read is what was checked.  ``follow_symlinks=False`` refuses a link at ``path``
+    as :func:`open_regular` does for canonical files; files memstore only reads
+    (MEMORY.md, config.json) may be links to a regular file.  Returns ``(fd, stat)``;
+    the caller closes the fd.  Raises ``FileNotFoundError`` when it does not exist,
+    ``NotRegularFileError`` for a link (when not followed), directory, FIFO, device or
+    socket, ``StorageError`` otherwise (too large included).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except NotADirectoryError as exc:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path)) from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow_symlinks:
+            raise not_regular(path, "a symbolic link") from exc
+        raise storage_error("open", path, exc) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, _kind(st.st_mode))
+        if st.st_size > max_bytes:
+            raise storage_error("read", path, OSError(errno.EFBIG, f"larger than {max_bytes} bytes"))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_regular_file(path: Path, *, max_bytes: int, follow_symlinks: bool = True) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes`` (see :func:`open_regular_file`)."""
+    fd, _stat = open_regular_file(path, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
+    try:
+        return read_capped(fd, path, max_bytes=max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_capped(fd: int, path: Path, *, max_bytes: int) -> bytes:
+    """Read an open file to its end, refusing it once it passes ``max_bytes`` (it may grow meanwhile)."""
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        while True:
+            chunk = os.read(fd, min(READ_CHUNK, max_bytes + 1 - total))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise storage_error("read", path, OSError(errno.EFBIG, f"larger than {max_bytes} bytes"))
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise storage_error("read", path, exc) from exc
