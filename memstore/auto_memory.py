@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memstore.files import open_regular_file, read_capped
+from memstore.files import open_regular, read_capped
 from memstore.models import MemoryEntry, check_limit, query_tokens
 from memstore.scan import ScannedEntry, ScanResult, scan_search
 
@@ -297,20 +297,20 @@ class AutoMemory:
         and opening never waits.
         """
         try:
-            fd, stat = open_regular_file(self.path, max_bytes=MAX_AUTO_MEMORY_BYTES)
-        except FileNotFoundError:
+            fd = open_regular(self.path, follow_symlinks=True, max_bytes=MAX_AUTO_MEMORY_BYTES)
+        except (FileNotFoundError, NotADirectoryError):
             return EMPTY_SNAPSHOT
         except OSError as exc:
             logger.warning("auto-memory not read: %s", exc)
             return EMPTY_SNAPSHOT
         try:
+            mtime = os.fstat(fd).st_mtime
             data = read_capped(fd, self.path, max_bytes=MAX_AUTO_MEMORY_BYTES)
         except OSError as exc:
             logger.warning("auto-memory not read: %s", exc)
             return EMPTY_SNAPSHOT
         finally:
             os.close(fd)
-        mtime = stat.st_mtime
         try:
             items = parse_auto_memory(data)
         except UnicodeDecodeError:

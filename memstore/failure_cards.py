@@ -32,7 +32,7 @@ from memstore.cards import (
     task_keywords,
 )
 from memstore.errors import ArgumentTypeError, IndexUnavailableError, InvalidArgumentError, StorageError
-from memstore.files import READ_CHUNK, open_regular_file, read_regular_file, storage_error
+from memstore.files import READ_CHUNK, open_regular, read_regular_file, storage_error
 from memstore.index.card_index import CardIndex
 from memstore.index.db import IndexBusyError
 from memstore.json_array import JsonArrayFile, parse_array
@@ -415,7 +415,7 @@ _UNUSABLE = object()
 def _read_json_file(path: Path) -> object:
     """The parsed config; ``{}`` when absent, ``None`` (warned) when unreadable or corrupt."""
     try:
-        data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES, follow_symlinks=False)
+        data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         return {}
     except OSError as exc:
@@ -579,8 +579,8 @@ def _file_signature(root: Path, path: str) -> Signature:
     if target is None:
         return UNKNOWN
     try:
-        fd, _stat = open_regular_file(Path(target), max_bytes=MAX_SIGNATURE_BYTES, follow_symlinks=False)
-    except FileNotFoundError:
+        fd = open_regular(Path(target), max_bytes=MAX_SIGNATURE_BYTES)
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError):
         return UNKNOWN

@@ -66,34 +66,48 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def open_regular(path: Path, flags: int, mode: int = DEFAULT_FILE_MODE) -> int:
-    """Open a canonical file, refusing anything but a regular file at ``path`` itself.
+def open_regular(
+    path: Path,
+    flags: int = os.O_RDONLY,
+    mode: int = DEFAULT_FILE_MODE,
+    *,
+    follow_symlinks: bool = False,
+    max_bytes: int | None = None,
+) -> int:
+    """Open ``path`` only if it is a regular file (of at most ``max_bytes``, when given).
 
-    A symbolic link is never followed (``O_NOFOLLOW``): a link committed to a
-    repository could point anywhere, and replacing it on a rewrite would fork the data
-    into a private copy.  ``O_NONBLOCK`` keeps a named pipe from blocking the open.
-    Other OSErrors (``FileNotFoundError`` included) propagate for the caller to map.
+    The one way memstore opens a file it did not create this moment.  A symbolic link
+    is not followed (``O_NOFOLLOW``): a link committed to a repository could point
+    anywhere, and replacing it on a rewrite would fork the data into a private copy.
+    ``follow_symlinks=True`` is for files memstore only reads (MEMORY.md) that may be
+    a link to a regular file.  ``O_NONBLOCK`` keeps a named pipe from blocking the
+    open, and the checks are made on the opened descriptor, so what is read is what
+    was checked: a FIFO, device, socket or directory raises NotRegularFileError, a
+    larger file StorageError (EFBIG).  Other OSErrors (``FileNotFoundError``
+    included) propagate for the caller to map.
     """
+    open_flags = flags | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+        fd = os.open(path, open_flags, mode)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR):
             try:
                 st_mode = os.lstat(path).st_mode
             except OSError:
                 raise exc from None
-            if stat.S_ISREG(st_mode):
-                raise  # a loop in a parent directory's links, not at the file itself
+            if stat.S_ISREG(st_mode) or (follow_symlinks and stat.S_ISLNK(st_mode)):
+                raise  # a loop of links (in a parent directory, or followed here)
             raise not_regular(path, _kind(st_mode)) from None
         raise
     try:
-        st_mode = os.fstat(fd).st_mode
-    except OSError:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, _kind(st.st_mode))
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise storage_error("read", path, OSError(errno.EFBIG, f"larger than {max_bytes} bytes"))
+    except BaseException:
         os.close(fd)
         raise
-    if not stat.S_ISREG(st_mode):
-        os.close(fd)
-        raise not_regular(path, _kind(st_mode))
     return fd
 
 
@@ -447,47 +461,22 @@ def open_for_read(path: Path) -> int | None:
         raise storage_error("open", path, exc) from exc
 
 
-def open_regular_file(path: Path, *, max_bytes: int, follow_symlinks: bool = True) -> tuple[int, os.stat_result]:
-    """Open ``path`` for reading only if it is a regular file of at most ``max_bytes``.
+def read_regular_file(path: Path, *, max_bytes: int, follow_symlinks: bool = False) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes`` (see :func:`open_regular`).
 
-    Repository content is input: a path may name a FIFO (an open would wait for a
-    writer forever), a device such as ``/dev/zero`` (endless bytes) or a huge file.
-    The open is non-blocking and the check is made on the opened descriptor, so what
-    is read is what was checked.  ``follow_symlinks=False`` refuses a link at ``path``
-    as :func:`open_regular` does for canonical files; files memstore only reads
-    (MEMORY.md, config.json) may be links to a regular file.  Returns ``(fd, stat)``;
-    the caller closes the fd.  Raises ``FileNotFoundError`` when it does not exist,
-    ``NotRegularFileError`` for a link (when not followed), directory, FIFO, device or
-    socket, ``StorageError`` otherwise (too large included).
+    Repository content is input: the path may name a FIFO, a device such as
+    ``/dev/zero``, a link or a huge file.  Raises ``FileNotFoundError`` when it does
+    not exist, NotRegularFileError for anything but a regular file, StorageError
+    otherwise (too large included).
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
-    if not follow_symlinks:
-        flags |= os.O_NOFOLLOW
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
+        fd = open_regular(path, os.O_RDONLY, follow_symlinks=follow_symlinks, max_bytes=max_bytes)
+    except StorageError:
         raise
-    except NotADirectoryError as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path)) from exc
     except OSError as exc:
-        if exc.errno == errno.ELOOP and not follow_symlinks:
-            raise not_regular(path, "a symbolic link") from exc
         raise storage_error("open", path, exc) from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise not_regular(path, _kind(st.st_mode))
-        if st.st_size > max_bytes:
-            raise storage_error("read", path, OSError(errno.EFBIG, f"larger than {max_bytes} bytes"))
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st
-
-
-def read_regular_file(path: Path, *, max_bytes: int, follow_symlinks: bool = True) -> bytes:
-    """The bytes of a regular file of at most ``max_bytes`` (see :func:`open_regular_file`)."""
-    fd, _stat = open_regular_file(path, max_bytes=max_bytes, follow_symlinks=follow_symlinks)
     try:
         return read_capped(fd, path, max_bytes=max_bytes)
     finally:

@@ -61,7 +61,7 @@ class JsonArrayFile:
         link, FIFO, device or directory) for a file that exists but cannot be read.
         """
         try:
-            return read_regular_file(self.path, max_bytes=MAX_JSON_FILE_BYTES, follow_symlinks=False)
+            return read_regular_file(self.path, max_bytes=MAX_JSON_FILE_BYTES)
         except FileNotFoundError:
             return None
         except StorageError as exc:

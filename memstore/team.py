@@ -59,7 +59,7 @@ class TeamMemory:
         Lines end at ``\n``, ``\r\n`` or a lone ``\r``; lines of only whitespace are skipped.
         """
         try:
-            data = read_regular_file(self.path, max_bytes=MAX_TEAM_MEMORY_BYTES, follow_symlinks=False)
+            data = read_regular_file(self.path, max_bytes=MAX_TEAM_MEMORY_BYTES)
         except FileNotFoundError:
             return []
         text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
