@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from collections.abc import Sequence
@@ -42,8 +43,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memstore.files import open_regular, read_capped
 from memstore.models import MemoryEntry, check_limit, query_tokens
 from memstore.scan import ScannedEntry, ScanResult, scan_search
+
+logger = logging.getLogger(__name__)
 
 AUTO_MEMORY_TAG = "auto-memory"
 STARTUP_LINE_BUDGET = 200
@@ -51,11 +55,15 @@ STARTUP_LINE_BUDGET = 200
 STARTUP_BYTE_BUDGET = 25 * 1024
 """... and at most this many bytes."""
 
-_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
-_CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+$")
+MAX_AUTO_MEMORY_BYTES = 4 * 1024 * 1024
+"""A larger MEMORY.md is not read (logged, read as empty): Claude Code itself loads 25 KB."""
+
+# Only patterns anchored at the start whose repeats cannot overlap, so a match costs
+# linear time whatever the line holds; headings and thematic breaks are parsed by
+# hand (a committed file with a 1 MB run of spaces must not stall a recall).
 _BULLET = re.compile(r"^([ \t]*)(?:[-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
-_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_BLANKS = " \t"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +112,48 @@ def auto_memory_item_id(heading_path: Sequence[str], text: str, occurrence: int 
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _heading_title(raw: str | None) -> str:
-    title = _CLOSING_HASHES.sub("", (raw or "").strip())
-    return " ".join(title.split())
+def _block_start(line: str) -> str | None:
+    """The line after up to three leading spaces; None when it is indented further."""
+    body = line.lstrip(" ")
+    return body if len(line) - len(body) <= 3 else None
+
+
+def parse_heading(line: str) -> tuple[int, str] | None:
+    """``(level, title)`` of an ATX heading line (``## Title ##``), else None.
+
+    Up to three spaces of indent, one to six ``#``, then a space or tab (or the end);
+    the title loses a closing run of ``#`` that follows a space or tab, and its
+    whitespace runs collapse to one space.  Linear in the line's length.
+    """
+    body = _block_start(line)
+    if body is None:
+        return None
+    rest = body.lstrip("#")
+    level = len(body) - len(rest)
+    if not 1 <= level <= 6 or (rest and rest[0] not in _BLANKS):
+        return None
+    title = rest.strip()
+    unhashed = title.rstrip("#")
+    if not unhashed:
+        title = ""
+    elif len(unhashed) < len(title) and unhashed[-1] in _BLANKS:
+        title = unhashed.rstrip(_BLANKS)
+    return level, " ".join(title.split())
+
+
+def is_thematic_break(line: str) -> bool:
+    """``---``, ``* * *``, ``___``: three or more of one marker, blanks allowed between."""
+    body = _block_start(line)
+    if not body or body[0] not in "-*_":
+        return False
+    marker = body[0]
+    count = 0
+    for char in body:
+        if char == marker:
+            count += 1
+        elif char not in _BLANKS:
+            return False
+    return count >= 3
 
 
 class _Parser:
@@ -147,14 +194,14 @@ class _Parser:
             else:
                 self._continue(line.rstrip(), after_blank)
             return
-        heading = _HEADING.match(line)
-        if heading:
+        heading = parse_heading(line)
+        if heading is not None:
             self.close()
-            level = len(heading.group(1))
-            self.headings = [(lvl, title) for lvl, title in self.headings if lvl < level]
-            self.headings.append((level, _heading_title(heading.group(2))))
+            level, title = heading
+            self.headings = [(lvl, text) for lvl, text in self.headings if lvl < level]
+            self.headings.append((level, title))
             return
-        if _THEMATIC_BREAK.match(line):
+        if is_thematic_break(line):
             self.close()
             return
         bullet = _BULLET.match(line)
@@ -243,13 +290,27 @@ class AutoMemory:
         self.path = Path(path)
 
     def read(self) -> AutoMemorySnapshot:
-        """The file's items now; empty when it is missing, unreadable or not UTF-8."""
+        """The file's items now; empty when it is missing, unreadable or not UTF-8.
+
+        Only a regular file of at most MAX_AUTO_MEMORY_BYTES is read (a symlink to one
+        is followed); a FIFO, a device or a larger file reads as empty with a warning,
+        and opening never waits.
+        """
         try:
-            with open(self.path, "rb") as handle:
-                data = handle.read()
-                mtime = os.fstat(handle.fileno()).st_mtime
-        except (OSError, ValueError):
+            fd = open_regular(self.path, follow_symlinks=True, max_bytes=MAX_AUTO_MEMORY_BYTES)
+        except (FileNotFoundError, NotADirectoryError):
             return EMPTY_SNAPSHOT
+        except OSError as exc:
+            logger.warning("auto-memory not read: %s", exc)
+            return EMPTY_SNAPSHOT
+        try:
+            mtime = os.fstat(fd).st_mtime
+            data = read_capped(fd, self.path, max_bytes=MAX_AUTO_MEMORY_BYTES)
+        except OSError as exc:
+            logger.warning("auto-memory not read: %s", exc)
+            return EMPTY_SNAPSHOT
+        finally:
+            os.close(fd)
         try:
             items = parse_auto_memory(data)
         except UnicodeDecodeError:

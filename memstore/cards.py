@@ -7,7 +7,6 @@ so the two can never disagree about what matches a query.
 
 from __future__ import annotations
 
-import math
 import re
 import time
 import uuid
@@ -17,6 +16,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from memstore.errors import ArgumentTypeError, InvalidArgumentError
+from memstore.models import check_finite_number
 
 CONFIDENCE_LEVELS = ("low", "medium", "high")
 WARNING_BEHAVIORS = ("info", "warning", "block")
@@ -89,17 +89,8 @@ def _optional_int(name: str, value: object) -> int | None:
     return value
 
 
-def _finite_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ArgumentTypeError(f"{name} must be a number, not {type(value).__name__}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
-    return number
-
-
 def _optional_finite_float(name: str, value: object) -> float | None:
-    return None if value is None else _finite_float(name, value)
+    return None if value is None else check_finite_number(name, value)
 
 
 def _flag(name: str, value: object) -> bool:
@@ -120,7 +111,7 @@ def _path_list(name: str, value: object) -> list[str]:
 _NORMALISERS: dict[str, Callable[[str, object], Any]] = {
     "id": _card_id,
     "run_id": _text,
-    "timestamp": _finite_float,
+    "timestamp": check_finite_number,
     "error_type": _text,
     "file_path": _text,
     "line_number": _optional_int,
@@ -146,7 +137,8 @@ class FailureCard:
     spec's invariants hold for the card's whole life: text fields must be ``str``
     (``ArgumentTypeError`` names the field), ``confidence``, ``warning_behavior`` and
     ``reviewer_type`` are clamped into their valid sets (case-insensitively, anything
-    else becomes the safe default), timestamps must be finite numbers.
+    else becomes the safe default), timestamps must be numbers that are finite as
+    floats (``10**400`` is refused like ``inf``).
     """
 
     id: str
@@ -196,7 +188,7 @@ class FailureCard:
 
         ``ttl_seconds <= 0`` means the card never expires.
         """
-        ttl = _finite_float("ttl_seconds", ttl_seconds)
+        ttl = check_finite_number("ttl_seconds", ttl_seconds)
         if isinstance(context_files, (str, bytes)):
             raise ArgumentTypeError("context_files must be an iterable of str, not a single string")
         try:
@@ -264,6 +256,9 @@ class FailureCard:
         ``task_description``; every other key may be missing and takes its default
         (``context_files`` may also be null).  A present value of the wrong type makes
         the whole dict invalid, except the three clamped fields, which are clamped.
+        A ``timestamp`` or ``expires_at`` that is not a finite float (``10**400``,
+        ``inf``, ``nan``, a string, a bool) makes the dict invalid too: such a card is
+        skipped by every reader, index and scan alike, and kept in the file untouched.
         Never raises: corrupt stored data is skipped by readers, not fatal.
         """
         if not isinstance(payload, Mapping):

@@ -67,6 +67,25 @@ def _one_line(text: str, width: int | None = CONTENT_WIDTH) -> str:
     return flat if width is None or len(flat) <= width else flat[: width - 1] + "…"
 
 
+def _timestamp(value: object) -> str:
+    """A Unix timestamp as UTC ``YYYY-MM-DD HH:MM:SS``; one no calendar holds (1e300) as the number itself.
+
+    Never raises: stored timestamps are input, and a table must print whatever they hold.
+    """
+    from datetime import UTC, datetime
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-"
+    try:
+        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):
+        pass
+    try:
+        return repr(float(value))
+    except OverflowError:
+        return "out of range"
+
+
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     """Columns padded to their widest cell; the last column is never padded."""
     body = [list(row) for row in rows]
@@ -717,12 +736,6 @@ def pinned_command(env: Env) -> None:
     else:
         rows = [(pin.file_path, _timestamp(pin.pinned_at), _timestamp(pin.last_modified)) for pin in pins]
         click.echo(_table(("PATH", "PINNED", "MODIFIED"), rows))
-
-
-def _timestamp(value: float) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 # ----------------------------------------------------------------------------- team memory

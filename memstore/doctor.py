@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memstore.errors import IndexUnavailableError
-from memstore.files import FileLock, atomic_write, iter_raw_lines, open_for_read
+from memstore.files import MAX_JSON_FILE_BYTES, FileLock, atomic_write, iter_raw_lines, open_for_read, read_regular_file
 from memstore.json_array import encode_array, parse_array
 from memstore.jsonl import is_blank, parse_json_bytes
 from memstore.layout import (
@@ -281,7 +281,7 @@ def _skip(text: str, pos: int) -> int:
 def _check_array_file(path: Path, name: str, report: list[Finding]) -> list[Any] | None:
     """Findings for failures.json or pinned.json; returns the repaired records (None when nothing to fix)."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, max_bytes=MAX_JSON_FILE_BYTES)  # never through a link, never blocking
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -31,8 +31,8 @@ from memstore.cards import (
     rank_cards,
     task_keywords,
 )
-from memstore.errors import ArgumentTypeError, IndexUnavailableError
-from memstore.files import storage_error
+from memstore.errors import ArgumentTypeError, IndexUnavailableError, InvalidArgumentError, StorageError
+from memstore.files import READ_CHUNK, open_regular, read_regular_file, storage_error
 from memstore.index.card_index import CardIndex
 from memstore.index.db import IndexBusyError
 from memstore.json_array import JsonArrayFile, parse_array
@@ -83,6 +83,11 @@ DEPENDENCY_MANIFESTS = frozenset(
     }
 )
 DEPENDENCY_PATTERNS = ("requirements*.txt",)
+
+MAX_SIGNATURE_BYTES = 64 * 1024 * 1024
+"""Files larger than this get no signature (never a change): hashing must stay bounded."""
+MAX_CONFIG_BYTES = 1024 * 1024
+"""A larger config.json is not read (acts on nothing, with a warning)."""
 
 
 class _Unknown:
@@ -135,6 +140,10 @@ class FailureCardStorage:
             return None
         try:
             return query(self._index)
+        except StorageError as exc:
+            # failures.json is not a readable regular file: the scan reads it as no cards.
+            logger.warning("failure cards answered from a scan: %s", exc)
+            return None
         except IndexUnavailableError as exc:
             if not isinstance(exc, IndexBusyError):
                 logger.warning("failure-card index unavailable, answering from a scan: %s", exc)
@@ -143,13 +152,14 @@ class FailureCardStorage:
 
     # -- the two hook points -------------------------------------------------------------
 
-    def _load_records(self) -> list[Record]:
+    def _load_records(self, *, strict: bool = False) -> list[Record]:
         """The stored card dicts in file order; ``[]`` for a missing or unreadable file.
 
         Unparseable JSON, invalid UTF-8 and a top level that is not a list all read
         as no cards; elements that are not objects are skipped (rewrites keep them).
+        ``strict`` raises the typed error for a file that exists but cannot be read.
         """
-        data = self._read_bytes()
+        data = self._read_bytes(strict=strict)
         if data is None:
             return []
         return records_from_bytes(data)
@@ -168,8 +178,8 @@ class FailureCardStorage:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _read_bytes(self) -> bytes | None:
-        return self._file.read_bytes()
+    def _read_bytes(self, *, strict: bool = False) -> bytes | None:
+        return self._file.read_bytes(strict=strict)
 
     def _update(self, change: Callable[[list[Any]], tuple[T, bool]]) -> T:
         """Run ``change`` on the stored elements under the lock; store them if it says so.
@@ -251,6 +261,9 @@ class FailureCardStorage:
         if not isinstance(card, FailureCard):
             raise ArgumentTypeError(f"card must be a FailureCard, not {type(card).__name__}")
         payload = card.to_dict()
+        if FailureCard.from_dict(payload) is None:
+            # Checked before anything is written: a card every reader would skip is refused.
+            raise InvalidArgumentError(f"card {card.id!r} is not a valid failure card")
 
         def change(records: list[Record]) -> tuple[None, bool]:
             records.append(payload)
@@ -318,13 +331,21 @@ class FailureCardStorage:
         {...}}}``, recognised by its ``memory`` key) or just the ``auto_invalidation``
         section; ``None`` reads ``<root>/.teaagent/config.json``.  Custom rules replace
         the default rule of the same trigger; unknown triggers never fire.  A missing
-        config file means the default rules; a config that cannot be read or has the
-        wrong shape (or a non-boolean ``enabled``) acts on nothing and logs a warning.
+        config file, ``memory`` key or ``auto_invalidation`` key means the default rules.
+        A config that cannot be read (not a regular file of at most MAX_CONFIG_BYTES,
+        not JSON) or has the wrong shape at any level (``memory`` or
+        ``auto_invalidation`` not an object, ``enabled`` not a boolean, ``custom_rules``
+        not a list, a rule that is not a valid rule) acts on nothing and logs a
+        warning: a half-understood config must not run rules it did not ask for.
 
         A file's first sighting only records its SHA-256 baseline in the card's stored
         dict.  Later, a changed, deleted or newly created file is a change; a file that
-        exists but cannot be read is never a change (and keeps its old baseline).  Acting
-        moves the baseline, so a second run over unchanged files writes nothing.
+        exists but cannot be read is never a change (and keeps its old baseline).  Only
+        a regular file inside the root of at most MAX_SIGNATURE_BYTES has a signature:
+        a path that resolves outside the root (absolute, ``..``, a symlink out), a FIFO,
+        a device, a directory or a larger file counts as unreadable, and opening never
+        waits.  Acting moves the baseline, so a second run over unchanged files writes
+        nothing.
         """
         enabled, rules = _auto_invalidation_settings(self._config_section(config))
         counts = dict.fromkeys(KNOWN_TRIGGERS, 0)
@@ -353,13 +374,19 @@ class FailureCardStorage:
     def _config_section(self, config: Mapping[str, Any] | None) -> object:
         if config is None:
             data = _read_json_file(self.config_path)
+            if data is None:
+                return _UNUSABLE
         elif isinstance(config, Mapping):
             data = config
         else:
             raise ArgumentTypeError(f"config must be a mapping or None, not {type(config).__name__}")
         if isinstance(data, Mapping) and (config is None or "memory" in data):
             memory = data.get("memory", {})
-            return memory.get("auto_invalidation", {}) if isinstance(memory, Mapping) else {}
+            if not isinstance(memory, Mapping):
+                logger.warning("config 'memory' must be an object, not %s; auto-invalidation skipped",
+                               type(memory).__name__)
+                return _UNUSABLE
+            return memory.get("auto_invalidation", {})
         return data
 
 
@@ -381,10 +408,14 @@ def records_from_bytes(data: bytes) -> list[Record]:
     return [item for item in parsed if isinstance(item, dict)]
 
 
+_UNUSABLE = object()
+"""A config that could not be read or used; the reason was logged where it was found."""
+
+
 def _read_json_file(path: Path) -> object:
-    """The parsed config; ``{}`` when absent, ``None`` when unreadable or corrupt."""
+    """The parsed config; ``{}`` when absent, ``None`` (warned) when unreadable or corrupt."""
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES)
     except FileNotFoundError:
         return {}
     except OSError as exc:
@@ -398,7 +429,12 @@ def _read_json_file(path: Path) -> object:
 
 
 def _auto_invalidation_settings(section: object) -> tuple[bool, list[AutoInvalidationRule]]:
-    """(enabled, rules) from the ``auto_invalidation`` section; bad config acts on nothing."""
+    """(enabled, rules) from the ``auto_invalidation`` section; bad config acts on nothing.
+
+    ``_UNUSABLE`` is a config already found unusable (and warned about).
+    """
+    if section is _UNUSABLE:
+        return False, []
     if not isinstance(section, Mapping):
         logger.warning("auto_invalidation config must be an object; auto-invalidation skipped")
         return False, []
@@ -406,19 +442,19 @@ def _auto_invalidation_settings(section: object) -> tuple[bool, list[AutoInvalid
     if not isinstance(enabled, bool):
         logger.warning("auto_invalidation.enabled must be true or false; auto-invalidation skipped")
         return False, []
-    raw_rules = section.get("custom_rules") or []
+    raw_rules = section.get("custom_rules", [])
     if not isinstance(raw_rules, list):
-        logger.warning("auto_invalidation.custom_rules must be a list; ignoring it")
-        raw_rules = []
+        logger.warning("auto_invalidation.custom_rules must be a list; auto-invalidation skipped")
+        return False, []
     custom: list[AutoInvalidationRule] = []
     for raw in raw_rules:
         rule = AutoInvalidationRule.from_dict(raw)
         if rule is None:
-            logger.warning("ignoring invalid auto-invalidation rule: %.200r", raw)
-        else:
-            if rule.trigger not in KNOWN_TRIGGERS:
-                logger.warning("auto-invalidation trigger %r is unknown and never fires", rule.trigger)
-            custom.append(rule)
+            logger.warning("invalid auto-invalidation rule %.200r; auto-invalidation skipped", raw)
+            return False, []
+        if rule.trigger not in KNOWN_TRIGGERS:
+            logger.warning("auto-invalidation trigger %r is unknown and never fires", rule.trigger)
+        custom.append(rule)
     rules: list[AutoInvalidationRule] = []
     for default in default_auto_invalidation_rules():
         replacements = [rule for rule in custom if rule.trigger == default.trigger]
@@ -463,7 +499,7 @@ class _SignatureScanner:
 
     def file(self, path: str) -> Signature:
         if path not in self._files:
-            self._files[path] = _file_signature(self.root / path) if path else UNKNOWN
+            self._files[path] = _file_signature(self.root, path)
         return self._files[path]
 
     def dependencies(self) -> Signature:
@@ -518,14 +554,49 @@ class _SignatureScanner:
         return fired
 
 
-def _file_signature(path: Path) -> Signature:
+def _inside_root(root: Path, path: str) -> str | None:
+    """``path`` (relative to ``root``) with every link resolved, or None when it leaves the root."""
+    if not path or "\x00" in path:
+        return None
     try:
-        with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
+        real_root = os.path.realpath(root)
+        target = os.path.realpath(os.path.join(real_root, path))
+    except (OSError, ValueError):
+        return None
+    if target == real_root or os.path.commonpath([real_root, target]) != real_root:
+        return None
+    return target
+
+
+def _file_signature(root: Path, path: str) -> Signature:
+    """SHA-256 of a regular file inside ``root``; None when missing; UNKNOWN for anything else.
+
+    The path is resolved first (links included) and must stay inside the root; the
+    resolved file is opened without following a link, without blocking, and hashed
+    only when it is a regular file of at most MAX_SIGNATURE_BYTES.
+    """
+    target = _inside_root(root, path)
+    if target is None:
+        return UNKNOWN
+    try:
+        fd = open_regular(Path(target), max_bytes=MAX_SIGNATURE_BYTES)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except (OSError, ValueError):
+        return UNKNOWN
+    digest = hashlib.sha256()
+    total = 0
+    try:
+        while chunk := os.read(fd, READ_CHUNK):
+            total += len(chunk)
+            if total > MAX_SIGNATURE_BYTES:
+                return UNKNOWN
+            digest.update(chunk)
     except OSError:
         return UNKNOWN
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
 
 
 def _dependency_signature(root: Path) -> Signature:
@@ -548,7 +619,7 @@ def _dependency_signature(root: Path) -> Signature:
         return UNKNOWN
     combined = hashlib.sha256()
     for name in names:
-        signature = _file_signature(root / name)
+        signature = _file_signature(root, name)
         if isinstance(signature, _Unknown):
             return UNKNOWN
         if signature is not None:

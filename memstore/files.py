@@ -26,6 +26,8 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 """Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
 
 READ_CHUNK = 1024 * 1024
+MAX_JSON_FILE_BYTES = 256 * 1024 * 1024
+"""failures.json and pinned.json larger than this read as unreadable (bounded memory)."""
 RACY_WINDOW_NS = 100_000_000
 """A file modified this close to when its state was recorded is re-verified (as git does):
 filesystem timestamps are coarse, so a same-size change within one tick keeps the mtime."""
@@ -64,34 +66,48 @@ def _kind(mode: int) -> str:
     return "a special file"
 
 
-def open_regular(path: Path, flags: int, mode: int = DEFAULT_FILE_MODE) -> int:
-    """Open a canonical file, refusing anything but a regular file at ``path`` itself.
+def open_regular(
+    path: Path,
+    flags: int = os.O_RDONLY,
+    mode: int = DEFAULT_FILE_MODE,
+    *,
+    follow_symlinks: bool = False,
+    max_bytes: int | None = None,
+) -> int:
+    """Open ``path`` only if it is a regular file (of at most ``max_bytes``, when given).
 
-    A symbolic link is never followed (``O_NOFOLLOW``): a link committed to a
-    repository could point anywhere, and replacing it on a rewrite would fork the data
-    into a private copy.  ``O_NONBLOCK`` keeps a named pipe from blocking the open.
-    Other OSErrors (``FileNotFoundError`` included) propagate for the caller to map.
+    The one way memstore opens a file it did not create this moment.  A symbolic link
+    is not followed (``O_NOFOLLOW``): a link committed to a repository could point
+    anywhere, and replacing it on a rewrite would fork the data into a private copy.
+    ``follow_symlinks=True`` is for files memstore only reads (MEMORY.md) that may be
+    a link to a regular file.  ``O_NONBLOCK`` keeps a named pipe from blocking the
+    open, and the checks are made on the opened descriptor, so what is read is what
+    was checked: a FIFO, device, socket or directory raises NotRegularFileError, a
+    larger file StorageError (EFBIG).  Other OSErrors (``FileNotFoundError``
+    included) propagate for the caller to map.
     """
+    open_flags = flags | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, mode)
+        fd = os.open(path, open_flags, mode)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR):
             try:
                 st_mode = os.lstat(path).st_mode
             except OSError:
                 raise exc from None
-            if stat.S_ISREG(st_mode):
-                raise  # a loop in a parent directory's links, not at the file itself
+            if stat.S_ISREG(st_mode) or (follow_symlinks and stat.S_ISLNK(st_mode)):
+                raise  # a loop of links (in a parent directory, or followed here)
             raise not_regular(path, _kind(st_mode)) from None
         raise
     try:
-        st_mode = os.fstat(fd).st_mode
-    except OSError:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, _kind(st.st_mode))
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise storage_error("read", path, OSError(errno.EFBIG, f"larger than {max_bytes} bytes"))
+    except BaseException:
         os.close(fd)
         raise
-    if not stat.S_ISREG(st_mode):
-        os.close(fd)
-        raise not_regular(path, _kind(st_mode))
     return fd
 
 
@@ -443,3 +459,44 @@ def open_for_read(path: Path) -> int | None:
         raise
     except OSError as exc:
         raise storage_error("open", path, exc) from exc
+
+
+def read_regular_file(path: Path, *, max_bytes: int, follow_symlinks: bool = False) -> bytes:
+    """The bytes of a regular file of at most ``max_bytes`` (see :func:`open_regular`).
+
+    Repository content is input: the path may name a FIFO, a device such as
+    ``/dev/zero``, a link or a huge file.  Raises ``FileNotFoundError`` when it does
+    not exist, NotRegularFileError for anything but a regular file, StorageError
+    otherwise (too large included).
+    """
+    try:
+        fd = open_regular(path, os.O_RDONLY, follow_symlinks=follow_symlinks, max_bytes=max_bytes)
+    except StorageError:
+        raise
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(path)) from exc
+    except OSError as exc:
+        raise storage_error("open", path, exc) from exc
+    try:
+        return read_capped(fd, path, max_bytes=max_bytes)
+    finally:
+        os.close(fd)
+
+
+def read_capped(fd: int, path: Path, *, max_bytes: int) -> bytes:
+    """Read an open file to its end, refusing it once it passes ``max_bytes`` (it may grow meanwhile)."""
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        while True:
+            chunk = os.read(fd, min(READ_CHUNK, max_bytes + 1 - total))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise storage_error("read", path, OSError(errno.EFBIG, f"larger than {max_bytes} bytes"))
+    except StorageError:
+        raise
+    except OSError as exc:
+        raise storage_error("read", path, exc) from exc

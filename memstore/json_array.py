@@ -6,6 +6,11 @@ rewrites the file atomically.  Records are kept exactly as parsed, so elements t
 caller cannot use and keys it does not know (other tools, newer versions) survive
 every rewrite.  A file that exists but is not a JSON array is copied aside to
 ``<name>.corrupt-<ns>`` before anything overwrites it: nothing is lost silently.
+
+The file is repository content, so it is read only as a regular file of at most
+MAX_JSON_FILE_BYTES, never through a link and never waiting on a FIFO.  Readers
+see such a file as empty (warned); a writer refuses it with the typed error, since
+it can neither keep a copy of what it could not read nor replace a link.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memstore.files import FileLock, atomic_write
+from memstore.errors import StorageError
+from memstore.files import MAX_JSON_FILE_BYTES, FileLock, atomic_write, read_regular_file
 
 logger = logging.getLogger(__name__)
 
@@ -48,13 +54,19 @@ class JsonArrayFile:
         self._lock = FileLock(self.lock_path)
         self._prepare = prepare
 
-    def read_bytes(self) -> bytes | None:
-        """The file's bytes; None when it is missing or cannot be read."""
+    def read_bytes(self, *, strict: bool = False) -> bytes | None:
+        """The file's bytes; None when it is missing, or (unless ``strict``) cannot be read.
+
+        ``strict`` (writers) raises ``StorageError`` (``NotRegularFileError`` for a
+        link, FIFO, device or directory) for a file that exists but cannot be read.
+        """
         try:
-            return self.path.read_bytes()
+            return read_regular_file(self.path, max_bytes=MAX_JSON_FILE_BYTES)
         except FileNotFoundError:
             return None
-        except OSError as exc:
+        except StorageError as exc:
+            if strict:
+                raise
             logger.warning("cannot read %s: %s", self.path, exc)
             return None
 
@@ -62,9 +74,9 @@ class JsonArrayFile:
         """Every element in file order; ``[]`` when missing or not a JSON array (warned)."""
         return self._load()[0]
 
-    def _load(self) -> tuple[list[Any], bytes | None]:
+    def _load(self, *, strict: bool = False) -> tuple[list[Any], bytes | None]:
         """The records, plus the file's bytes when they exist but are not a JSON array."""
-        data = self.read_bytes()
+        data = self.read_bytes(strict=strict)
         if data is None:
             return [], None
         records = parse_array(data)
@@ -84,13 +96,14 @@ class JsonArrayFile:
         """Run ``change`` on the records under the lock; rewrite the file if it says so.
 
         ``store`` replaces the plain rewrite (a caller that also updates an index
-        passes one that calls :meth:`write`).  An unreadable file is copied aside
-        before it is overwritten.
+        passes one that calls :meth:`write`).  A file that is not a JSON array is
+        copied aside before it is overwritten; one that cannot be read at all (not a
+        regular file, too large, an I/O error) raises ``StorageError`` and stays as it is.
         """
         if self._prepare is not None:
             self._prepare()
         with self._lock:
-            records, unreadable = self._load()
+            records, unreadable = self._load(strict=True)
             result, changed = change(records)
             if changed:
                 if unreadable is not None:

@@ -6,6 +6,7 @@ tests all share these definitions, which is what keeps them in agreement.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -208,6 +209,24 @@ def check_limit(limit: object, *, name: str = "limit") -> int:
     if limit < 0:
         raise InvalidArgumentError(f"{name} must be >= 0, got {limit}")
     return min(limit, MAX_LIMIT)
+
+
+def check_finite_number(name: str, value: object) -> float:
+    """A stored or given timestamp as a float: an int or float (not bool), finite once converted.
+
+    ``10**400`` (an int JSON accepts but no float holds), ``inf``, ``nan``, strings and
+    bools are all ``InvalidArgumentError``/``ArgumentTypeError``, never OverflowError,
+    so one check serves every reader.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(f"{name} must be a number, not {type(value).__name__}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise InvalidArgumentError(f"{name} is too large for a float") from None
+    if not math.isfinite(number):
+        raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
+    return number
 
 
 def rank_matches(scored: Iterable[tuple[int, str, int, MemoryEntry]], limit: int) -> list[MemoryEntry]:

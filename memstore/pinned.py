@@ -16,6 +16,14 @@ filesystem is touched at all.  Rules (decisions the spec leaves open):
 - it must be an existing regular file: directories are refused, because a pin is
   the contents of one file and the watcher follows files.
 
+Secret names are one table (:data:`SECRET_RULES`): credential folders, well-known
+credential files, dotenv files, key and keystore extensions, Terraform state and
+variables, each also under backup and editor decorations (``.bak``, ``~``, ``.1``,
+``#name#``, vim swap files).  The same rules are applied again whenever pins are
+read: ``list_all`` and ``is_pinned`` skip (with a warning) a pin that would be
+refused today, such as a file later replaced by a symlink out of the root or to a
+secret, without removing it from pinned.json.
+
 Lookups (``remove``, ``is_pinned``, ``update_last_modified``, duplicate detection)
 compare paths after lexical normalisation (``./a.txt`` is ``a.txt``), while the
 stored ``file_path`` is always exactly the string that was pinned (invariant 6).
@@ -24,7 +32,6 @@ stored ``file_path`` is always exactly the string that was pinned (invariant 6).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import posixpath
 import re
@@ -37,31 +44,149 @@ from typing import Any
 from memstore.errors import ArgumentTypeError, InvalidArgumentError
 from memstore.json_array import JsonArrayFile
 from memstore.layout import PINNED_FILE, ensure_memory_dir
+from memstore.models import check_finite_number
 
 logger = logging.getLogger(__name__)
 
-_SECRET_DIRS = {".ssh": "ssh-dir", ".gnupg": "gnupg-dir", ".aws": "aws-dir", ".git": "git-dir"}
-_SECRET_NAMES = {".npmrc": "npmrc", ".pypirc": "pypirc", ".netrc": "netrc", ".env": "env-file"}
-_SECRET_PREFIXES = (
-    (".env.", "env-file"),
-    ("id_rsa", "ssh-private-key"),
-    ("id_ed25519", "ssh-private-key"),
-    ("id_ecdsa", "ssh-private-key"),
-    ("id_dsa", "ssh-private-key"),
+@dataclass(frozen=True, slots=True)
+class SecretRule:
+    """One way a path can name a secret (compared lowercased).
+
+    ``kind`` says what ``pattern`` is matched against:
+    ``dir`` any directory of the path (or the file name itself); ``path`` the last
+    components (``.docker/config.json``); ``name`` the file name; ``prefix`` /
+    ``suffix`` the start / end of the file name; ``part`` a dot-separated part of the
+    file name after its first (``prod.env``, ``.env``, ``x.env.local``); ``data`` a
+    substring of a file name ending in a data-file extension (DATA_EXTENSIONS).
+    """
+
+    kind: str
+    pattern: str
+    rule: str
+
+
+SECRET_RULES: tuple[SecretRule, ...] = (
+    # whole directories of credentials
+    *(SecretRule("dir", name, rule) for name, rule in (
+        (".ssh", "ssh-dir"), (".gnupg", "gnupg-dir"), (".aws", "aws-dir"), (".git", "git-dir"),
+        (".kube", "kube-dir"), (".azure", "azure-dir"), (".password-store", "pass-dir"),
+    )),
+    # well-known credential files inside a tool's folder
+    *(SecretRule("path", name, rule) for name, rule in (
+        (".docker/config.json", "docker-config"), (".config/gcloud", "gcloud-dir"),
+        (".config/gh/hosts.yml", "gh-token"), (".cargo/credentials", "cargo-token"),
+        (".cargo/credentials.toml", "cargo-token"), (".gem/credentials", "gem-token"),
+        (".terraform.d/credentials.tfrc.json", "terraform-token"),
+    )),
+    # dotenv files: .env, .envrc, .env-production, .env_local, prod.env, x.env.local
+    SecretRule("name", ".env", "env-file"),
+    SecretRule("name", ".envrc", "env-file"),
+    SecretRule("prefix", ".env.", "env-file"),
+    SecretRule("prefix", ".env-", "env-file"),
+    SecretRule("prefix", ".env_", "env-file"),
+    SecretRule("part", "env", "env-file"),
+    # credential files known by name
+    *(SecretRule("name", name, rule) for name, rule in (
+        (".npmrc", "npmrc"), (".pypirc", "pypirc"), (".netrc", "netrc"), ("_netrc", "netrc"),
+        (".git-credentials", "git-credentials"), (".pgpass", "pgpass"), (".my.cnf", "mysql-config"),
+        (".htpasswd", "htpasswd"), (".dockercfg", "docker-config"), (".vault-token", "vault-token"),
+        (".boto", "boto-config"), (".s3cfg", "s3cfg"),
+        ("secrets.json", "secrets-file"), ("secrets.yml", "secrets-file"), ("secrets.yaml", "secrets-file"),
+        ("secrets.toml", "secrets-file"), ("credentials", "credentials-file"),
+    )),
+    *(SecretRule("prefix", name, rule) for name, rule in (
+        ("id_rsa", "ssh-private-key"), ("id_ed25519", "ssh-private-key"), ("id_ecdsa", "ssh-private-key"),
+        ("id_dsa", "ssh-private-key"), ("client_secret", "oauth-client-secret"),
+        ("secring.", "gpg-secret-keyring"),
+    )),
+    # credentials / service-account data files (credentials.py or credentials.md are code and prose)
+    SecretRule("data", "credentials", "credentials-file"),
+    SecretRule("data", "service-account", "service-account-json"),
+    SecretRule("data", "service_account", "service-account-json"),
+    SecretRule("data", "serviceaccount", "service-account-json"),
+    *(SecretRule("suffix", name, rule) for name, rule in (
+        (".pem", "pem-file"), (".key", "key-file"), (".p12", "pkcs12-file"), (".pfx", "pkcs12-file"),
+        (".p8", "pkcs8-key"), (".kdbx", "keepass-db"), (".ppk", "putty-key"), (".jks", "java-keystore"),
+        (".keystore", "java-keystore"), (".jceks", "java-keystore"), (".tfstate", "terraform-state"),
+        (".tfvars", "terraform-vars"), (".tfvars.json", "terraform-vars"), (".gpg", "gpg-file"),
+    )),
 )
-_SECRET_SUFFIXES = (
-    (".pem", "pem-file"),
-    (".key", "key-file"),
-    (".p12", "pkcs12-file"),
-    (".pfx", "pkcs12-file"),
-    (".kdbx", "keepass-db"),
+"""Every secret rule in one place.  Each file name is also tried without backup and
+editor decorations (see :func:`name_variants`), so ``server.key.bak``, ``.env~`` and
+``#id_rsa#`` are the secrets they copy."""
+
+DATA_EXTENSIONS = frozenset({"json", "yml", "yaml", "toml", "ini", "cfg", "conf", "xml", "txt", "csv", "env"})
+"""Extensions of files that hold values rather than code or prose."""
+
+BACKUP_SUFFIXES = (
+    ".bak", ".backup", ".old", ".orig", ".save", ".sav", ".tmp", ".temp", ".copy", ".prev", ".rej",
+    ".swp", ".swo", ".swn", ".swx", "~",
 )
+"""Decorations editors, tools and people add to a copy of a file."""
+_SWAP_SUFFIXES = (".swp", ".swo", ".swn", ".swx")
+_NUMBERED_COPY = re.compile(r"\.[0-9]+$")
+MAX_NAME_VARIANTS = 16
+"""How many decorations are peeled off one name (a name longer than that is rare; bounded work)."""
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:")
 
 
 def _components(path: str) -> list[str]:
     """Split on both separators: a backslash is a separator on Windows checkouts."""
     return [part for part in re.split(r"[/\\]", path) if part]
+
+
+def name_variants(name: str) -> list[str]:
+    """``name`` and the names it copies: backup suffixes, ``~``, ``.1``, ``#...#`` and vim swap files peeled off."""
+    variants = [name]
+    current = name
+    for _ in range(MAX_NAME_VARIANTS):
+        peeled = _peel(current)
+        if peeled is None:
+            break
+        current, *extra = peeled
+        variants.extend(extra)
+        variants.append(current)
+    return variants
+
+
+def _peel(name: str) -> list[str] | None:
+    """One decoration less (first), plus the swap file's hidden-name form; None when undecorated."""
+    if len(name) > 2 and name.startswith("#") and name.endswith("#"):
+        return [name[1:-1]]
+    numbered = _NUMBERED_COPY.search(name)
+    if numbered and numbered.start() > 0:
+        return [name[: numbered.start()]]
+    for suffix in BACKUP_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            bare = name[: -len(suffix)]
+            if suffix in _SWAP_SUFFIXES and bare.startswith(".") and len(bare) > 1:
+                return [bare, bare[1:]]  # vim keeps .name.swp beside name
+            return [bare]
+    return None
+
+
+def _rule_matches(rule: SecretRule, dirs: list[str], names: list[str]) -> bool:
+    if rule.kind == "dir":
+        return rule.pattern in dirs or rule.pattern in names
+    if rule.kind == "path":
+        tail = rule.pattern.split("/")
+        head, last = tail[:-1], tail[-1]
+        if len(dirs) >= len(head) and dirs[len(dirs) - len(head) :] == head and last in names:
+            return True
+        # a listed folder (``.config/gcloud``) covers everything below it
+        return any(dirs[i : i + len(tail)] == tail for i in range(len(dirs) - len(tail) + 1))
+    for name in names:
+        if rule.kind == "name" and name == rule.pattern:
+            return True
+        if rule.kind == "prefix" and name.startswith(rule.pattern):
+            return True
+        if rule.kind == "suffix" and name.endswith(rule.pattern):
+            return True
+        if rule.kind == "part" and rule.pattern in name.split(".")[1:]:
+            return True
+        if rule.kind == "data" and rule.pattern in name and name.rpartition(".")[2] in DATA_EXTENSIONS:
+            return True
+    return False
 
 
 def is_secret_path(path: str) -> str | None:
@@ -75,25 +200,11 @@ def is_secret_path(path: str) -> str | None:
     parts = [part.lower() for part in _components(path)]
     if not parts:
         return None
-    for part in parts[:-1]:
-        if part in _SECRET_DIRS:
-            return _SECRET_DIRS[part]
-    name = parts[-1]
-    if name in _SECRET_DIRS:
-        return _SECRET_DIRS[name]
-    if name in _SECRET_NAMES:
-        return _SECRET_NAMES[name]
-    for prefix, rule in _SECRET_PREFIXES:
-        if name.startswith(prefix):
-            return rule
-    for suffix, rule in _SECRET_SUFFIXES:
-        if name.endswith(suffix):
-            return rule
-    if name.endswith(".json"):
-        if name.startswith("credentials"):
-            return "credentials-json"
-        if "service-account" in name:
-            return "service-account-json"
+    dirs = [variant for part in parts[:-1] for variant in name_variants(part)]
+    names = name_variants(parts[-1])
+    for rule in SECRET_RULES:
+        if _rule_matches(rule, dirs, names):
+            return rule.rule
     return None
 
 
@@ -125,13 +236,7 @@ def _check_path_arg(file_path: object) -> str:
 
 
 def _timestamp(payload: Mapping[str, Any], key: str) -> float:
-    value = payload[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ArgumentTypeError(f"{key} must be a number, not {type(value).__name__}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise InvalidArgumentError(f"{key} must be finite, got {value!r}")
-    return number
+    return check_finite_number(key, payload[key])
 
 
 @dataclass
@@ -147,7 +252,11 @@ class PinnedFile:
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> PinnedFile:
-        """Rebuild a pin; unknown keys are ignored, missing or ill-typed known keys raise."""
+        """Rebuild a pin; unknown keys are ignored, missing or ill-typed known keys raise.
+
+        Timestamps must be numbers that are finite as floats (``10**400``, ``inf``,
+        strings and bools raise ``MemstoreError``s); readers skip such a pin.
+        """
         if not isinstance(payload, Mapping):
             raise ArgumentTypeError(f"payload must be a mapping, not {type(payload).__name__}")
         try:
@@ -176,12 +285,31 @@ class PinnedFileStorage:
         """All readable pins; an unreadable file is ``[]`` and a bad element is skipped."""
         return [pin for _, pin in _pins_of(self._file.read(), self.path)]
 
+    def _visible_pins(self) -> list[PinnedFile]:
+        """The pins that pass the safety rules today; the others are skipped with a warning.
+
+        A pin is re-checked on every read, because the rules widen and the file can be
+        replaced after pinning (by a symlink to a secret or out of the root, a FIFO).
+        A skipped pin stays in pinned.json (``remove`` still finds it): a read never
+        changes the file.  A pinned file that no longer exists is still listed.
+        """
+        visible: list[PinnedFile] = []
+        for pin in self._read_pinned_files():
+            reason = self._refusal(pin.file_path, must_exist=False)
+            if reason is None:
+                visible.append(pin)
+            else:
+                logger.warning("not listing pinned %r: %s", pin.file_path, reason)
+        return visible
+
     def list_all(self) -> list[PinnedFile]:
-        return self._read_pinned_files()
+        """Every pin that still passes the rules ``add`` applies (see :meth:`_visible_pins`)."""
+        return self._visible_pins()
 
     def is_pinned(self, file_path: str) -> bool:
+        """True when a pin of this path is listed by :meth:`list_all`."""
         key = _path_key(_check_path_arg(file_path))
-        return any(_path_key(pin.file_path) == key for pin in self._read_pinned_files())
+        return any(_path_key(pin.file_path) == key for pin in self._visible_pins())
 
     # -- writing -------------------------------------------------------------------------
 
@@ -221,12 +349,16 @@ class PinnedFileStorage:
         """
         return self._refusal(_check_path_arg(file_path))
 
-    def _refusal(self, file_path: str) -> str | None:
+    def _refusal(self, file_path: str, *, must_exist: bool = True) -> str | None:
+        """Why ``file_path`` cannot be (or stay) pinned; None when it can."""
         reason = _lexical_refusal(file_path)
         if reason is not None:
             return reason
-        root = os.path.realpath(self.root)
-        target = os.path.realpath(os.path.join(root, file_path))
+        try:
+            root = os.path.realpath(self.root)
+            target = os.path.realpath(os.path.join(root, file_path))
+        except (OSError, ValueError) as exc:
+            return f"path cannot be resolved ({exc})"
         if target == root:
             return "path is the root itself"
         if os.path.commonpath([root, target]) != root:
@@ -235,7 +367,7 @@ class PinnedFileStorage:
         if rule is not None:
             return f"path resolves to a secret ({rule})"
         if not os.path.exists(target):
-            return "file does not exist"
+            return "file does not exist" if must_exist else None
         if not os.path.isfile(target):
             return "not a regular file (directories cannot be pinned)"
         return None
@@ -290,6 +422,9 @@ class PinnedFileStorage:
         """Stamp the pin's ``last_modified`` with the current time; ``False`` if not pinned."""
         key = _path_key(_check_path_arg(file_path))
         if not self.path.exists():
+            return False
+
+        if not self.is_pinned(file_path):
             return False
 
         def stamp(pins: list[PinnedFile]) -> bool:

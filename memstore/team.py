@@ -11,18 +11,19 @@ and a lone ``\r`` (files saved by other editors) and drops a leading UTF-8 BOM.
 from __future__ import annotations
 
 import builtins
-import os
 import re
 from pathlib import Path
 
 from memstore.errors import ArgumentTypeError, EmptyContentError
-from memstore.files import FileLock, append_line, open_for_read
+from memstore.files import FileLock, append_line, read_regular_file
 from memstore.layout import ensure_store
 from memstore.models import check_limit, utc_now_iso
 
 EMPTY_PROMPT = "[team-memory] No shared team context available."
 CHARS_PER_TOKEN = 4
 LINE_BREAK = re.compile("\r\n|\r|\n")
+MAX_TEAM_MEMORY_BYTES = 64 * 1024 * 1024
+"""A larger team-memory.md (or anything but a regular file there) is a StorageError, not a read without end."""
 
 
 def one_line(text: str) -> str:
@@ -57,11 +58,10 @@ class TeamMemory:
 
         Lines end at ``\n``, ``\r\n`` or a lone ``\r``; lines of only whitespace are skipped.
         """
-        fd = open_for_read(self.path)
-        if fd is None:
+        try:
+            data = read_regular_file(self.path, max_bytes=MAX_TEAM_MEMORY_BYTES)
+        except FileNotFoundError:
             return []
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read()
         text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
         return [line for line in LINE_BREAK.split(text) if line.strip()]
 

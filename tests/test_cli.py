@@ -507,3 +507,57 @@ def test_demo_without_a_usable_index_shows_scan_timings(root: Path) -> None:
     assert "index is unavailable" in out
     searches = [line for line in out.splitlines() if line.startswith("  '")]
     assert len(searches) == 6 and all(" scan " in line and "index" not in line for line in searches)
+
+
+# ----------------------------------------------------------------------------- hostile stored numbers (issue 9)
+
+
+def test_pinned_prints_any_stored_timestamp(root: Path) -> None:
+    (root / "a.md").write_text("a\n")
+    (root / "b.md").write_text("b\n")
+    (root / "c.md").write_text("c\n")
+    pinned = root / ".teaagent" / "memory" / "pinned.json"
+    pinned.parent.mkdir(parents=True, exist_ok=True)
+    pinned.write_text(
+        '[{"file_path": "a.md", "pinned_at": 1e300, "last_modified": -1e300},'
+        ' {"file_path": "b.md", "pinned_at": 1' + "0" * 400 + ', "last_modified": 0},'
+        ' {"file_path": "c.md", "pinned_at": 0, "last_modified": 253402300800}]'
+    )
+    table = ok(run(root, "pinned"))
+    assert "a.md" in table and "1e+300" in table and "-1e+300" in table
+    assert "b.md" not in table  # 10**400 is no timestamp: the pin is skipped
+    assert "c.md" in table and "1970-01-01 00:00:00" in table and "253402300800.0" in table
+    assert ok_json(run(root, "pinned", "--json"))["count"] == 2
+    assert ok(run(root, "unpin", "c.md")) == "unpinned c.md\n"
+
+
+def test_failure_cards_with_unusable_numbers_never_traceback(root: Path) -> None:
+    storage = FailureCardStorage(root)
+    good = FailureCard.create("r", "TypeError", "src/app.py", "boom", "fix database migration models", [])
+    storage.append(good)
+    records = json.loads(storage.path.read_text())
+    hostile = dict(records[0], id="bad", timestamp="BIG")
+    storage.path.write_text(json.dumps([records[0], hostile]).replace('"BIG"', "1" + "0" * 400))
+    assert json.loads(storage.path.read_text())[1]["timestamp"] == 10**400
+    assert [card["id"] for card in ok_json(run(root, "failures", "list", "--json"))["cards"]] == [good.id]
+    assert ok_json(run(root, "failures", "list", "--active", "--json"))["count"] == 1
+    error_line(run(root, "failures", "show", "bad"), 1)
+    ok(run(root, "failures", "show", good.id))
+    matched = ok_json(run(root, "failures", "match", "--file", "src/app.py", "--task", "database migration models",
+                          "--json"))
+    assert [card["id"] for card in matched["cards"]] == [good.id]
+    ok(run(root, "failures", "prune"))
+    ok(run(root, "failures", "auto-invalidate"))
+    ok(run(root, "status"))
+
+
+def test_recall_with_memory_md_linked_to_dev_zero(root: Path) -> None:
+    claude = root / ".claude"
+    claude.mkdir()
+    (claude / "MEMORY.md").symlink_to("/dev/zero")
+    result = run(root, "recall", "anything")
+    ok(result)
+    assert "MEMORY.md" in result.stderr  # the warning says what was skipped
+    (claude / "MEMORY.md").unlink()
+    os.mkfifo(claude / "MEMORY.md")
+    ok(run(root, "recall", "anything"))

@@ -223,3 +223,31 @@ def test_index_watch_retries_after_a_failure_and_reports_it_once(
     assert len(attempts) == 4
     assert [a["event"] for a in actions] == ["start", "error", "reindex", "stop"]
     assert "database is locked" in actions[1]["message"]
+
+
+def test_index_watch_survives_a_card_with_an_unusable_timestamp(root: Path) -> None:
+    """A failures.json card stamped 10**400 once killed the watch with OverflowError (issue 9)."""
+    from memstore.cards import FailureCard
+    from memstore.failure_cards import FailureCardStorage
+    from memstore.watch_loop import IndexWatch
+
+    storage = FailureCardStorage(root)
+    card = FailureCard.create("r", "TypeError", "src/app.py", "boom", "fix database migration models", [])
+    actions: list[dict[str, Any]] = []
+    watch = IndexWatch(root, debounce_ms=20, poll_interval=0.1, on_action=actions.append)
+    runner = threading.Thread(target=watch.run)
+    runner.start()
+    try:
+        wait_for("the first catch-up", lambda: any(a["event"] == "reindex" for a in actions))
+        hostile = dict(card.to_dict(), id="bad", timestamp="BIG")
+        storage.path.write_text(json.dumps([hostile, card.to_dict()]).replace('"BIG"', "1" + "0" * 400))
+        wait_for("a catch-up after the hostile card",
+                 lambda: any("failures.json" in a.get("reason", "") for a in actions if a["event"] == "reindex"))
+        assert runner.is_alive()
+    finally:
+        watch.request_stop()
+        runner.join(TIMEOUT)
+    assert not runner.is_alive()
+    assert [a for a in actions if a["event"] == "error"] == []
+    assert [c.id for c in storage.list_all()] == [card.id]
+    assert storage.index_status()["state"] == "fresh"

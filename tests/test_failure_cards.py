@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import re
@@ -12,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bounded import run_bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memstore.cards import FailureCard
-from memstore.errors import ArgumentTypeError, InvalidArgumentError
-from memstore.failure_cards import FailureCardStorage
+from memstore.errors import ArgumentTypeError, InvalidArgumentError, MemstoreError
+from memstore.failure_cards import MAX_CONFIG_BYTES, MAX_SIGNATURE_BYTES, FailureCardStorage
 
 FUTURE = 4e12  # an expiry no test run will reach
 
@@ -616,8 +619,7 @@ def test_custom_rules_replace_the_default_of_their_trigger(tmp_path: Path, store
     write(tmp_path, "tests/test_app.py", "t1")
     store.append(card("a", context_files=["tests/test_app.py"]))
     config = rules_config({"trigger": "test_refactor", "confidence": "high", "action": "invalidate"},
-                          {"trigger": "no_such_trigger", "action": "warn"},
-                          {"trigger": "file_signature_change", "action": "nonsense"})
+                          {"trigger": "no_such_trigger", "action": "warn"})
     store.apply_auto_invalidation(config)
     write(tmp_path, "tests/test_app.py", "t2")
     result = store.apply_auto_invalidation(config)
@@ -660,13 +662,73 @@ def test_config_is_read_from_the_workspace_file(tmp_path: Path, store: FailureCa
     assert store.list_active() == []
 
 
-@pytest.mark.parametrize("content", ["{broken", "[]", '{"memory": {"auto_invalidation": []}}',
-                                     '{"memory": {"auto_invalidation": {"enabled": "yes"}}}'])
-def test_invalid_config_acts_on_nothing(tmp_path: Path, store: FailureCardStorage, content: str) -> None:
+WRONG_SHAPES = [
+    {"memory": 5}, {"memory": []}, {"memory": "x"}, {"memory": None}, {"memory": True},
+    {"memory": {"auto_invalidation": []}}, {"memory": {"auto_invalidation": 5}},
+    {"memory": {"auto_invalidation": None}}, {"memory": {"auto_invalidation": {"enabled": "yes"}}},
+    {"memory": {"auto_invalidation": {"custom_rules": {}}}},
+    {"memory": {"auto_invalidation": {"custom_rules": None}}},
+    {"memory": {"auto_invalidation": {"custom_rules": "file_signature_change"}}},
+    {"memory": {"auto_invalidation": {"custom_rules": [5]}}},
+    {"memory": {"auto_invalidation": {"custom_rules": [{"trigger": "file_signature_change", "action": "nonsense"}]}}},
+    {"memory": {"auto_invalidation": {"custom_rules": [
+        {"trigger": "test_refactor", "action": "warn"}, {"trigger": "file_signature_change", "action": "?"}]}}},
+]
+
+
+@pytest.mark.parametrize("content", ["{broken", "[]", "5", '"x"', *(json.dumps(shape) for shape in WRONG_SHAPES)])
+def test_invalid_config_acts_on_nothing(
+    tmp_path: Path, store: FailureCardStorage, content: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The file changed since its baseline: the default rule would invalidate the card.
+    write(tmp_path, "src/app.py", "v1")
     store.append(card("a"))
+    store.apply_auto_invalidation({})
+    write(tmp_path, "src/app.py", "v2")
     (tmp_path / ".teaagent" / "config.json").write_text(content)
     before = store.path.read_bytes()
-    assert store.apply_auto_invalidation() == ZERO
+    with caplog.at_level(logging.WARNING, logger="memstore.failure_cards"):
+        assert store.apply_auto_invalidation() == ZERO
+    assert store.path.read_bytes() == before
+    assert "skipped" in caplog.text or "not valid JSON" in caplog.text
+
+
+@pytest.mark.parametrize("shape", WRONG_SHAPES)
+def test_wrong_shaped_config_argument_acts_on_nothing(
+    tmp_path: Path, store: FailureCardStorage, shape: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    write(tmp_path, "src/app.py", "v1")
+    store.append(card("a"))
+    store.apply_auto_invalidation({})
+    write(tmp_path, "src/app.py", "v2")
+    before = store.path.read_bytes()
+    with caplog.at_level(logging.WARNING, logger="memstore.failure_cards"):
+        assert store.apply_auto_invalidation(shape) == ZERO
+    assert store.path.read_bytes() == before
+    assert "skipped" in caplog.text
+    # the same store with a well-shaped config does act
+    assert store.apply_auto_invalidation({"memory": {}})["file_signature_change"] == 1
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory", "too-large"])
+def test_config_that_is_not_a_small_regular_file_acts_on_nothing(
+    tmp_path: Path, store: FailureCardStorage, kind: str
+) -> None:
+    write(tmp_path, "src/app.py", "v1")
+    store.append(card("a"))
+    store.apply_auto_invalidation({})
+    write(tmp_path, "src/app.py", "v2")
+    config_path = tmp_path / ".teaagent" / "config.json"
+    if kind == "fifo":
+        os.mkfifo(config_path)
+    elif kind == "dev-zero":
+        config_path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        config_path.mkdir()
+    else:
+        config_path.write_text(json.dumps({"memory": {}, "pad": "x" * MAX_CONFIG_BYTES}))
+    before = store.path.read_bytes()
+    assert run_bounded(store.apply_auto_invalidation) == ZERO
     assert store.path.read_bytes() == before
 
 
@@ -683,3 +745,176 @@ def test_auto_invalidation_keeps_other_records(tmp_path: Path, store: FailureCar
     records = stored_json(store)
     assert records[0] == odd
     assert records[1]["extra"] == {"k": 1} and "signatures" in records[1]
+
+
+# -- what auto-invalidation may hash (issue 9, item 9) ---------------------------------------------
+
+
+def _hostile_target(tmp_path: Path, kind: str) -> str:
+    """A card file_path naming something that must get no signature; returns the path string."""
+    root = tmp_path
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "secret.txt").write_text("outside v1")
+    if kind == "dev-zero":
+        return "/dev/zero"
+    if kind == "absolute-outside":
+        return str(outside / "secret.txt")
+    if kind == "dotdot":
+        return f"../{outside.name}/secret.txt"
+    if kind == "link-to-dev-zero":
+        (root / "zero.py").symlink_to("/dev/zero")
+        return "zero.py"
+    if kind == "link-outside":
+        (root / "out.py").symlink_to(outside / "secret.txt")
+        return "out.py"
+    if kind == "dir-link-outside":
+        (root / "vendor").symlink_to(outside)
+        return "vendor/secret.txt"
+    if kind == "fifo":
+        os.mkfifo(root / "pipe.py")
+        return "pipe.py"
+    if kind == "directory":
+        (root / "pkg").mkdir()
+        return "pkg"
+    if kind == "too-large":
+        with open(root / "big.bin", "wb") as handle:
+            handle.truncate(MAX_SIGNATURE_BYTES + 1)  # sparse: costs no disk
+        return "big.bin"
+    if kind == "nul":
+        return "src/a\x00b.py"
+    if kind == "surrogate":
+        return "src/\ud800.py"
+    raise AssertionError(kind)
+
+
+HOSTILE_KINDS = ["dev-zero", "absolute-outside", "dotdot", "link-to-dev-zero", "link-outside", "dir-link-outside",
+                 "fifo", "directory", "too-large", "nul", "surrogate"]
+
+
+@pytest.mark.parametrize("kind", HOSTILE_KINDS)
+def test_auto_invalidation_hashes_only_regular_files_inside_the_root(
+    tmp_path: Path, store: FailureCardStorage, kind: str
+) -> None:
+    target = _hostile_target(tmp_path, kind)
+    store.append(card("a", file_path=target, context_files=[target, "tests/test_x.py"]))
+    assert run_bounded(store.apply_auto_invalidation, {}) == ZERO
+    recorded = stored_json(store)[0]["signatures"]["files"]
+    assert target not in recorded  # no baseline: never a change
+    after_first = store.path.read_bytes()
+    # Idempotent, and a change behind the path (outside the root) never fires.
+    outside = tmp_path.parent / f"{tmp_path.name}-outside" / "secret.txt"
+    outside.write_text("outside v2")
+    assert run_bounded(store.apply_auto_invalidation, {}) == ZERO
+    assert store.path.read_bytes() == after_first
+    assert [c.id for c in store.list_active()] == ["a"]
+    # the lock was released: another writer gets through
+    store.append(card("b"))
+
+
+def test_a_dependency_manifest_linked_to_a_device_is_no_signature(tmp_path: Path, store: FailureCardStorage) -> None:
+    (tmp_path / "package.json").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "requirements.txt")
+    store.append(card("a"))
+    assert run_bounded(store.apply_auto_invalidation, {}) == ZERO
+    # neither is a file: the manifests are as if absent (the hash of no files)
+    assert stored_json(store)[0]["signatures"]["dependencies"] == hashlib.sha256().hexdigest()
+    # a manifest that is a link out of the root has no signature, so neither has the set
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.toml"
+    outside.write_text("[project]")
+    (tmp_path / "pyproject.toml").symlink_to(outside)
+    assert run_bounded(store.apply_auto_invalidation, {}) == ZERO
+    before = store.path.read_bytes()
+    outside.write_text("[project] changed")
+    assert run_bounded(store.apply_auto_invalidation, {}) == ZERO
+    assert store.path.read_bytes() == before
+
+
+def test_links_and_dotdot_that_stay_inside_the_root_are_followed(tmp_path: Path, store: FailureCardStorage) -> None:
+    write(tmp_path, "src/real.py", "v1")
+    (tmp_path / "src" / "alias.py").symlink_to("real.py")
+    store.append(card("link", file_path="src/alias.py"))
+    store.append(card("dots", file_path="src/../src/real.py"))
+    store.append(card("abs", file_path=str(tmp_path / "src" / "real.py")))
+    store.apply_auto_invalidation({})
+    write(tmp_path, "src/real.py", "v2")
+    assert store.apply_auto_invalidation({})["file_signature_change"] == 3
+    assert store.list_active() == []
+
+
+# -- hostile numbers in failures.json (issue 9, item 10) --------------------------------------------
+
+HOSTILE_NUMBERS: list[Any] = [10**400, -(10**400), float("inf"), float("-inf"), float("nan"), "123", True, None, [1]]
+
+
+def short_id(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 12 else f"{text[:6]}..{len(text)}chars"
+
+
+@pytest.mark.parametrize("field", ["timestamp", "expires_at"])
+@pytest.mark.parametrize("value", HOSTILE_NUMBERS, ids=short_id)
+@pytest.mark.parametrize("use_index", [True, False])
+def test_unusable_numbers_skip_the_card_everywhere(
+    tmp_path: Path, field: str, value: Any, use_index: bool
+) -> None:
+    store = FailureCardStorage(tmp_path, use_index=use_index)
+    good = card("good", timestamp=200.0)
+    hostile = {**card("bad").to_dict(), field: value}
+    if field == "expires_at" and value is None:
+        hostile[field] = 10**400
+    write_raw(store, [hostile, good.to_dict()])
+    raw = store.path.read_bytes()
+    assert [c.id for c in store.list_all()] == ["good"]
+    assert [c.id for c in store.list_active()] == ["good"]
+    assert store.get_by_id("bad") is None
+    assert [c.id for c in store.find_matching(["src/app.py"], "parse yaml config")] == ["good"]
+    assert store.invalidate("bad", reason="x") is False
+    assert store.clear_by_id("bad") is False
+    assert store.path.read_bytes() == raw  # the skipped record is kept, untouched
+    store.append(card("new"))  # the write path (and the index write-through) copes too
+    assert [c.id for c in store.list_all()] == ["good", "new"]
+    assert store.prune_expired() == 0
+    assert json.loads(store.path.read_text())[0]["id"] == "bad"
+    assert store.apply_auto_invalidation({}) == ZERO
+
+
+def test_from_dict_never_raises_on_numbers() -> None:
+    base = card("a").to_dict()
+    for field in ("timestamp", "expires_at", "line_number", "evidence_exit_code"):
+        for value in [*HOSTILE_NUMBERS, 10**4000, 1e308, -1e308, 2**64, -0.0]:
+            FailureCard.from_dict({**base, field: value})  # must not raise
+    assert FailureCard.from_dict({**base, "timestamp": 1e300}) is not None
+
+
+def test_constructing_a_card_with_an_overflowing_number_is_a_typed_error() -> None:
+    with pytest.raises(InvalidArgumentError):
+        card("a", timestamp=10**400)
+    with pytest.raises(InvalidArgumentError):
+        FailureCard.create("r", "E", "a.py", "m", "t", [], ttl_seconds=10**400)
+    valid = card("a")
+    with pytest.raises(InvalidArgumentError):
+        valid.expires_at = 10**400
+
+
+def test_append_refuses_an_invalid_card_before_writing(store: FailureCardStorage) -> None:
+    broken = card("a")
+    object.__setattr__(broken, "timestamp", 10**400)  # bypasses the per-field check
+    with pytest.raises(InvalidArgumentError):
+        store.append(broken)
+    assert not store.path.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_failures_json_that_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    store = FailureCardStorage(tmp_path)
+    if kind == "fifo":
+        os.mkfifo(store.path)
+    else:
+        store.path.symlink_to("/dev/zero")
+    assert run_bounded(store.list_all) == []
+    assert run_bounded(store.list_active) == []
+    assert run_bounded(store.get_by_id, "a") is None
+    assert run_bounded(store.find_matching, ["a.py"], "parse yaml config") == []
+    with pytest.raises(MemstoreError):  # a write never replaces what it could not read
+        run_bounded(store.append, card("a"))

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import stat
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bounded import run_bounded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstore.auto_memory import (
     AUTO_MEMORY_TAG,
+    MAX_AUTO_MEMORY_BYTES,
     AutoMemory,
     AutoMemoryItem,
     auto_memory_item_id,
+    is_thematic_break,
     parse_auto_memory,
+    parse_heading,
 )
 from memstore.catalog import MemoryCatalog
 from memstore.hierarchy import MemoryHierarchy
@@ -423,3 +431,92 @@ def test_prompt_context_returns_the_whole_text_when_it_fits_exactly(tmp_path: Pa
     hierarchy = MemoryHierarchy(tmp_path, readonly=True)
     full = hierarchy.to_prompt_context(limit=1, max_chars=100_000)
     assert hierarchy.to_prompt_context(limit=1, max_chars=len(full)) == full
+
+
+# ---------------------------------------------------------------- repository content is input (issue 9)
+
+# The regular expressions the parser used before: the reference the hand-written
+# parsers must agree with on every line (they backtracked quadratically on long runs
+# of spaces, which is why they are gone).
+OLD_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
+OLD_CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+$")
+OLD_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+
+
+def old_heading(line: str) -> tuple[int, str] | None:
+    match = OLD_HEADING.match(line)
+    if not match:
+        return None
+    title = OLD_CLOSING_HASHES.sub("", (match.group(2) or "").strip())
+    return len(match.group(1)), " ".join(title.split())
+
+
+HEADING_PIECES = [" ", "  ", "\t", "#", "##", "a", "b c", "-", "*", "_", "\x0b", "\r", "é", "\u3000", "`"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(HEADING_PIECES), max_size=14).map("".join))
+def test_heading_and_break_parsers_equal_the_old_regexes(line: str) -> None:
+    assert parse_heading(line) == old_heading(line)
+    assert is_thematic_break(line) == bool(OLD_THEMATIC_BREAK.match(line))
+
+
+LONG_LINE_SCRIPT = """
+import sys
+from memstore.auto_memory import parse_auto_memory
+n = 1_000_000
+lines = [
+    "# x" + " " * n + "y",
+    "# a" + " " * n + "#x",
+    "## t" + " \\t" * (n // 2) + "##",
+    "- " + " " * n + "x",
+    "-" + " -" * (n // 2) + " x",
+    " " * n + "x",
+    "* " * (n // 2),
+]
+for line in lines:
+    parse_auto_memory(line + "\\n")
+print("parsed", len(lines))
+"""
+
+
+def test_a_megabyte_line_parses_in_linear_time() -> None:
+    # Not a speed assertion: the old regexes needed ~10**12 steps on each of these
+    # lines (hours); linear parsing needs ~10**6.  The limit only turns a hang into
+    # a failure, and is generous for a loaded machine.
+    done = subprocess.run(
+        [sys.executable, "-c", LONG_LINE_SCRIPT], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.strip() == "parsed 7"
+
+
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "too-large", "link-to-too-large", "socket-dir"])
+def test_memory_md_that_is_not_a_small_regular_file_reads_as_empty(
+    tmp_path: Path, home: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / ".claude" / "MEMORY.md"
+    path.parent.mkdir(parents=True)
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind in ("too-large", "link-to-too-large"):
+        big = path if kind == "too-large" else tmp_path / "big.md"
+        with open(big, "wb") as handle:
+            handle.write(b"- item\n")
+            handle.truncate(MAX_AUTO_MEMORY_BYTES + 1)
+        if big != path:
+            path.symlink_to(big)
+    else:
+        path.mkdir()
+    with caplog.at_level(logging.WARNING, logger="memstore.auto_memory"):
+        assert run_bounded(AutoMemory(path).items) == []
+    assert run_bounded(MemoryHierarchy(tmp_path).search_all, "item")["auto_memory"] == []
+    assert "[auto-memory] none" in run_bounded(MemoryHierarchy(tmp_path).to_prompt_context)
+    assert "MEMORY.md" in caplog.text
+
+
+def test_memory_md_at_the_cap_is_read(tmp_path: Path) -> None:
+    path = write_memory_md(tmp_path, "- item\n\n" + "x" * (MAX_AUTO_MEMORY_BYTES - len("- item\n\n")))
+    assert path.stat().st_size == MAX_AUTO_MEMORY_BYTES
+    assert AutoMemory(path).items()[0].text == "item"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bounded import run_bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -106,6 +107,46 @@ SECRET_NAMES = [
     ".git/config",
     ".git/hooks/pre-commit",
     "sub\\.ssh\\config",
+    # issue 9 item 8: each of these was accepted
+    ".envrc",
+    ".env~",
+    ".env-production",
+    "prod.env",
+    ".git-credentials",
+    ".pgpass",
+    ".docker/config.json",
+    ".kube/config",
+    "client_secret.json",
+    "service_account.json",
+    "deploy/server.ppk",
+    "android/release.jks",
+    "infra/terraform.tfstate",
+    "infra/prod.tfvars",
+    "server.key.bak",
+    "secring.gpg",
+    # ... and the classes behind them
+    "infra/terraform.tfstate.backup",
+    "infra/prod.auto.tfvars",
+    "infra/terraform.tfvars.json",
+    ".env.swp",
+    ".id_rsa.swp",
+    "#.env#",
+    "id_rsa~",
+    "server.key.1",
+    "cert.pem.orig",
+    ".ENV.LOCAL",
+    "config/staging.env",
+    ".env_local",
+    "home/.kube/config.bak",
+    "client_secret_1234.apps.googleusercontent.com.json",
+    "my-gcp-service-account.json",
+    "aws_credentials.csv",
+    ".config/gcloud/application_default_credentials.json",
+    ".cargo/credentials.toml",
+    ".my.cnf",
+    ".htpasswd",
+    "secrets.yml",
+    "vault.kdbx.bak",
 ]
 
 
@@ -124,12 +165,31 @@ def test_secret_names_refused_even_when_present(
     assert is_secret_path(name) is not None
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["src/app.py", "README.md", "environment.py", "docs/keys.md", "monkey", "my.env.py", "git/config"],
-)
+NEAR_MISSES = [
+    "src/app.py", "README.md", "environment.py", "docs/keys.md", "monkey", "git/config", "src/env.ts",
+    "env", "envelope.txt", "dotenv.py", "src/environment/settings.py", "docker/config.json", "kube/config",
+    "docs/.docker.md", "server.keys", "keys.py", "credentials.py", "docs/credentials.md", "docs/secrets.md",
+    "tfvars.md", "main.c.orig", "CHANGELOG.1", "notes~", "config.json", "service.py", ".github/workflows/ci.yml",
+    "gpg.md", "src/secret_santa.py",
+]
+
+
+@pytest.mark.parametrize("name", NEAR_MISSES)
 def test_ordinary_names_are_not_secret(name: str) -> None:
     assert is_secret_path(name) is None
+
+
+def test_env_as_a_later_dot_part_is_a_secret() -> None:
+    # ``.env`` as any dot-separated part after the first: a name like my.env.py is refused too
+    # (a false refusal costs a warning; a leaked dotenv file cannot be taken back).
+    assert is_secret_path("my.env.py") == "env-file"
+    assert is_secret_path("env.py") is None
+
+
+def test_name_variants_are_bounded() -> None:
+    assert is_secret_path("a" + "~" * 100_000) is None
+    assert is_secret_path("x" + ".bak" * 10_000) is None  # more decorations than MAX_NAME_VARIANTS peels
+    assert is_secret_path("server.key" + ".bak" * 3) == "key-file"
 
 
 def test_secret_rule_names() -> None:
@@ -342,3 +402,116 @@ def test_random_relative_paths_never_escape(maze: Path, parts: list[str], sep: s
             assert store.list_all()[-1].file_path == candidate
     finally:
         store.clear_all()
+
+
+# -- pins are re-checked when read (issue 9, item 8) -----------------------------------------------
+
+
+def _replace_with(repo: Path, tmp_path: Path, kind: str) -> None:
+    """Replace the pinned src/app.py after pinning."""
+    target = repo / "src" / "app.py"
+    target.unlink()
+    if kind == "link-outside":
+        outside = tmp_path / "outside.txt"
+        outside.write_text("private\n")
+        target.symlink_to(outside)
+    elif kind == "link-to-secret":
+        (repo / ".env").write_text("TOKEN=1\n")
+        target.symlink_to(repo / ".env")
+    elif kind == "link-to-ssh-key":
+        home_ssh = tmp_path / "home" / ".ssh"
+        home_ssh.mkdir(parents=True)
+        (home_ssh / "id_ed25519").write_text("KEY\n")
+        target.symlink_to(home_ssh / "id_ed25519")
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dev-zero":
+        target.symlink_to("/dev/zero")
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["link-outside", "link-to-secret", "link-to-ssh-key", "fifo", "dev-zero", "directory"])
+def test_a_pin_replaced_after_pinning_is_not_listed(
+    tmp_path: Path, repo: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = PinnedFileStorage(repo)
+    assert store.add("src/app.py") and store.add("README.md")
+    _replace_with(repo, tmp_path, kind)
+    stored = pinned_json(repo).read_bytes()
+    with caplog.at_level(logging.WARNING, logger="memstore.pinned"):
+        assert [pin.file_path for pin in store.list_all()] == ["README.md"]
+        assert store.is_pinned("src/app.py") is False
+        assert store.update_last_modified("src/app.py") is False
+    assert "src/app.py" in caplog.text
+    assert pinned_json(repo).read_bytes() == stored  # hidden, never silently deleted
+    assert store.is_pinned("README.md")
+    # the user can still unpin it for good
+    assert store.remove("src/app.py") is True
+    assert [pin["file_path"] for pin in json.loads(pinned_json(repo).read_text())] == ["README.md"]
+
+
+def test_a_pin_that_today_s_rules_refuse_is_not_listed(repo: Path) -> None:
+    # written by an older version whose rules were narrower
+    (repo / ".envrc").write_text("export TOKEN=1\n")
+    pinned_json(repo).parent.mkdir(parents=True)
+    pinned_json(repo).write_text(json.dumps([
+        {"file_path": ".envrc", "pinned_at": 1.0, "last_modified": 1.0},
+        {"file_path": "README.md", "pinned_at": 1.0, "last_modified": 1.0},
+    ]))
+    store = PinnedFileStorage(repo)
+    assert [pin.file_path for pin in store.list_all()] == ["README.md"]
+    assert not store.is_pinned(".envrc")
+
+
+def test_a_pinned_file_that_was_deleted_is_still_listed(repo: Path) -> None:
+    store = PinnedFileStorage(repo)
+    assert store.add("src/app.py")
+    (repo / "src" / "app.py").unlink()
+    assert [pin.file_path for pin in store.list_all()] == ["src/app.py"]
+    assert store.is_pinned("src/app.py")
+
+
+# -- hostile timestamps in pinned.json (issue 9, item 11) ------------------------------------------
+
+HOSTILE_TIMES: list[Any] = [10**400, -(10**400), float("inf"), float("nan"), "1", True, None]
+
+
+def short_id(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 12 else f"{text[:6]}..{len(text)}chars"
+
+
+@pytest.mark.parametrize("field", ["pinned_at", "last_modified"])
+@pytest.mark.parametrize("value", HOSTILE_TIMES, ids=short_id)
+def test_unusable_timestamps_skip_the_pin(repo: Path, field: str, value: Any) -> None:
+    pinned_json(repo).parent.mkdir(parents=True)
+    bad = {"file_path": "src/app.py", "pinned_at": 1.0, "last_modified": 1.0, field: value}
+    good = {"file_path": "README.md", "pinned_at": 1e300, "last_modified": -1e300}
+    pinned_json(repo).write_text(json.dumps([bad, good]))
+    store = PinnedFileStorage(repo)
+    assert [pin.file_path for pin in store.list_all()] == ["README.md"]
+    assert store.is_pinned("src/app.py") is False
+    assert store.is_pinned("README.md") is True
+    assert store.remove("src/app.py") is False
+    assert store.remove("README.md") is True
+
+
+@pytest.mark.parametrize("value", HOSTILE_TIMES, ids=short_id)
+def test_from_dict_raises_only_memstore_errors(value: Any) -> None:
+    with pytest.raises(MemstoreError):
+        PinnedFile.from_dict({"file_path": "a", "pinned_at": value, "last_modified": 1.0})
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_pinned_json_that_is_not_a_regular_file_reads_as_empty(repo: Path, kind: str) -> None:
+    pinned_json(repo).parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(pinned_json(repo))
+    else:
+        pinned_json(repo).symlink_to("/dev/zero")
+    store = PinnedFileStorage(repo)
+    assert run_bounded(store.list_all) == []
+    assert run_bounded(store.is_pinned, "src/app.py") is False

@@ -18,10 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bounded import run_bounded
 
 from memstore.cards import FailureCard
 from memstore.catalog import MemoryCatalog
+from memstore.doctor import diagnose
+from memstore.errors import NotRegularFileError, StorageError
 from memstore.failure_cards import FailureCardStorage
+from memstore.files import MAX_JSON_FILE_BYTES
+from memstore.json_array import JsonArrayFile
 from memstore.layout import GITATTRIBUTES, GITIGNORE, ensure_store
 from memstore.merge_json import register_driver
 from memstore.pinned import PinnedFileStorage
@@ -378,6 +383,63 @@ def test_first_write_creates_the_git_files_and_init_adds_them_to_an_old_store(tm
     assert again["written"] == []
     refused = memstore(old, "init", "--git")
     assert refused.returncode == 1 and "git" in refused.stderr
+
+
+def _json_array_path_as(path: Path, kind: str, tmp_path: Path) -> Path | None:
+    """Put something other than a small regular file at ``path``; returns a link's target, if any."""
+    if kind == "link-to-array":
+        target = tmp_path / "elsewhere.json"
+        target.write_text('[{"id": "outside", "file_path": "x"}]\n')
+        path.symlink_to(target)
+        return target
+    if kind == "link-to-dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "too-large":
+        with open(path, "wb") as handle:
+            handle.write(b"[]")
+            handle.truncate(MAX_JSON_FILE_BYTES + 1)  # sparse: costs no disk
+    else:
+        raise AssertionError(kind)
+    return None
+
+
+@pytest.mark.parametrize("kind", ["link-to-array", "link-to-dev-zero", "fifo", "too-large"])
+@pytest.mark.parametrize("name", ["failures.json", "pinned.json"])
+def test_json_array_file_reads_only_a_small_regular_file(tmp_path: Path, name: str, kind: str) -> None:
+    """Readers see nothing and never block; a writer refuses (no copy, nothing replaced)."""
+    (tmp_path / "a.txt").write_text("a")
+    memory = tmp_path / ".teaagent" / "memory"
+    memory.mkdir(parents=True)
+    path = memory / name
+    target = _json_array_path_as(path, kind, tmp_path)
+    before = os.lstat(path)
+    array = JsonArrayFile(path, memory / "x.lock")
+    assert run_bounded(array.read) == []
+    with pytest.raises(NotRegularFileError if kind != "too-large" else StorageError):
+        run_bounded(array.update, lambda records: (records.append({"id": "new"}), True))
+    if name == "failures.json":
+        cards = FailureCardStorage(tmp_path)
+        assert run_bounded(cards.list_all) == [] and run_bounded(cards.get_by_id, "outside") is None
+        broken_card = FailureCard(
+            id="c1", run_id="r", timestamp=1.0, error_type="E", file_path="a.txt", line_number=None,
+            error_message="e", task_description="t",
+        )
+        with pytest.raises(StorageError):
+            run_bounded(cards.append, broken_card)
+    else:
+        pins = PinnedFileStorage(tmp_path)
+        assert run_bounded(pins.list_all) == [] and not run_bounded(pins.is_pinned, "x")
+        with pytest.raises(StorageError):
+            run_bounded(pins.add, "a.txt")
+    after = os.lstat(path)
+    assert (after.st_ino, after.st_mode, after.st_size) == (before.st_ino, before.st_mode, before.st_size)
+    assert not list(memory.glob(f"{name}.corrupt-*"))
+    if target is not None:
+        assert json.loads(target.read_text()) == [{"id": "outside", "file_path": "x"}]
+    found = run_bounded(diagnose, tmp_path)  # doctor reads it the same way: a finding, no hang
+    assert ("unreadable-file", f".teaagent/memory/{name}") in {(f.kind, f.file) for f in found.findings}
 
 
 def test_pinned_truncation_keeps_a_copy_and_unknown_records_survive(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from memstore.cards import (
     card_match_score,
     task_keywords,
 )
+from memstore.files import MAX_JSON_FILE_BYTES
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import IndexFile, Populate
 from memstore.index.source import Change, PrefixDigest, SourceState
@@ -78,8 +79,10 @@ class CardIndex(IndexedSource):
         state: SourceState | None,
         prefix: PrefixDigest | None,
     ) -> int:
-        # A JSON array is rewritten whole: whatever changed, the rows are rebuilt.
-        return self._replace_rows(conn, fd, st, self._load_records(_read_all(fd, st.st_size)))
+        # A JSON array is rewritten whole: whatever changed, the rows are rebuilt.  A file
+        # over the cap holds no cards, as for the storage's own read.
+        data = _read_all(fd, st.st_size) if st.st_size <= MAX_JSON_FILE_BYTES else b""
+        return self._replace_rows(conn, fd, st, self._load_records(data))
 
     def _replace_rows(
         self, conn: sqlite3.Connection, fd: int, st: os.stat_result, records: Sequence[dict[str, Any]]
