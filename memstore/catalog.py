@@ -8,13 +8,16 @@ it can be used and by a scan of the file otherwise; both give the same results.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memstore.entry_filter import EntryFilter
 from memstore.errors import (
     ArgumentTypeError,
     EntryNotFoundError,
@@ -34,13 +37,22 @@ from memstore.files import (
     open_for_read,
     remove_stale_temps,
 )
+from memstore.id_prefix import (
+    SHORT_ID_MIN,
+    SHOWN_CANDIDATES,
+    clean_prefix,
+    pick,
+    resolve_among,
+    short_ids_among,
+    shortest_unique,
+)
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.index.db import IndexBusyError, IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
-from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json
+from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import ensure_store
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
-from memstore.scan import ScanCache, ScanResult, scan_list, scan_search, scan_show
+from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +64,17 @@ QUARANTINE_FILENAME = "memory-quarantine.jsonl"
 LOCK_FILENAME = "memory.lock"
 INDEX_RETRY_SECONDS = 30.0
 """After the index fails, reads scan for this long before trying the index again."""
+
+
+@dataclass(frozen=True)
+class QuarantinedEntry:
+    """A quarantined entry with its recorded provenance (reason, original branch, when)."""
+
+    entry: MemoryEntry
+    provenance: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.entry.to_dict(), "provenance": self.provenance}
 
 
 class MemoryCatalog:
@@ -325,26 +348,78 @@ class MemoryCatalog:
     def _scanned(self) -> ScanResult:
         return self._scan.read()
 
-    def list(self, *, limit: int = 20) -> builtins.list[MemoryEntry]:
-        """Up to ``limit`` entries, newest line first."""
+    def list(
+        self,
+        *,
+        limit: int = 20,
+        tags: Iterable[str] = (),
+        branch_name: str | None = None,
+        run_id: str | None = None,
+    ) -> builtins.list[MemoryEntry]:
+        """Up to ``limit`` entries, newest line first.
+
+        With filters, only entries that carry every one of ``tags`` and, when given,
+        exactly this ``branch_name`` and ``run_id``.
+        """
+        entry_filter = EntryFilter.of(tags=tags, branch_name=branch_name, run_id=run_id)
         limit = check_limit(limit)
         if limit == 0:
             return []
-        indexed = self._from_index(lambda index: index.list(limit))
+        indexed = self._from_index(lambda index: index.list(limit, entry_filter))
         if indexed is not None:
             return indexed
-        return scan_list(self._scanned(), limit)
+        return scan_list(self._scanned(), limit, entry_filter)
 
-    def search(self, query: str, *, limit: int = 10) -> builtins.list[MemoryEntry]:
-        """Entries containing every query token, best score first (see DESIGN.md §4)."""
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        tags: Iterable[str] = (),
+        branch_name: str | None = None,
+        run_id: str | None = None,
+    ) -> builtins.list[MemoryEntry]:
+        """Entries containing every query token, best score first (see DESIGN.md §4).
+
+        The filters restrict the candidates as in :meth:`list`; the order is unchanged.
+        """
         tokens = query_tokens(query)
+        entry_filter = EntryFilter.of(tags=tags, branch_name=branch_name, run_id=run_id)
         limit = check_limit(limit)
         if not tokens or limit == 0:
             return []
-        indexed = self._from_index(lambda index: index.search(tokens, limit))
+        indexed = self._from_index(lambda index: index.search(tokens, limit, entry_filter))
         if indexed is not None:
             return indexed
-        return scan_search(self._scanned(), tokens, limit)
+        return scan_search(self._scanned(), tokens, limit, entry_filter)
+
+    def resolve_id(self, prefix: str) -> str:
+        """The full id of the one entry whose id is ``prefix`` or starts with it.
+
+        A prefix needs at least 4 characters.  EntryNotFoundError when nothing matches,
+        AmbiguousIdError (listing the candidates) when several ids do.
+        """
+        wanted = clean_prefix(prefix)
+        if not wanted:
+            raise EntryNotFoundError(f"memory entry not found: {wanted}")
+        probe = SHOWN_CANDIDATES + 1
+        indexed = self._from_index(lambda index: index.ids_from(wanted, probe))
+        if indexed is None:
+            everyone = {item.entry.memory_id for item in self._scanned().entries}
+            indexed = sorted(mid for mid in everyone if mid.startswith(wanted))
+        if wanted not in indexed and len(indexed) >= probe:
+            # Only the exact id can save a prefix this common; ask for it directly.
+            with contextlib.suppress(EntryNotFoundError):
+                return self.show(wanted).memory_id
+        return pick(wanted, indexed, what="memory entry")
+
+    def short_ids(self, memory_ids: Iterable[str], *, minimum: int = SHORT_ID_MIN) -> dict[str, str]:
+        """The shortest prefix of each id that no other entry shares, at least ``minimum`` long."""
+        wanted = builtins.list(dict.fromkeys(memory_ids))
+        neighbours = self._from_index(lambda index: index.id_neighbours(wanted))
+        if neighbours is not None and len(neighbours) == len(wanted):
+            return {mid: shortest_unique(mid, *neighbours[mid], minimum=minimum) for mid in wanted}
+        return short_ids_among(wanted, (item.entry.memory_id for item in self._scanned().entries), minimum=minimum)
 
     def explain(self, query: str, *, limit: int = 10) -> SearchPlan:
         """Answer ``search(query, limit=limit)`` and report how: the index's steps, or why a scan answered."""
@@ -410,6 +485,39 @@ class MemoryCatalog:
     def list_quarantined(self, *, limit: int = 20) -> builtins.list[MemoryEntry]:
         limit = check_limit(limit)
         return scan_list(self._quarantine_scan.read(), limit)
+
+    def quarantined_records(self, *, limit: int = 20) -> builtins.list[QuarantinedEntry]:
+        """Like :meth:`list_quarantined`, each entry with the provenance its line records."""
+        check_limit(limit)
+        scanned = self._quarantine_scan.read()
+        if limit == 0:
+            return []
+        return self._with_provenance(builtins.list(reversed(scanned.entries[-limit:])))
+
+    def show_quarantined(self, prefix: str) -> QuarantinedEntry:
+        """The first quarantined entry whose id is ``prefix`` or uniquely starts with it."""
+        scanned = self._quarantine_scan.read()
+        memory_id = resolve_among(prefix, (item.entry.memory_id for item in scanned.entries), what="quarantined entry")
+        first = next(item for item in scanned.entries if item.entry.memory_id == memory_id)
+        return self._with_provenance([first])[0]
+
+    def _with_provenance(self, items: builtins.list[ScannedEntry]) -> builtins.list[QuarantinedEntry]:
+        fd = open_for_read(self.quarantine_path)
+        records: builtins.list[QuarantinedEntry] = []
+        try:
+            for item in items:
+                provenance: dict[str, Any] = {}
+                if fd is not None:
+                    line = os.pread(fd, MAX_LINE_BYTES + 2, item.order).split(b"\n", 1)[0]
+                    with contextlib.suppress(ValueError):
+                        payload = parse_json_bytes(line)
+                        if isinstance(payload, dict) and isinstance(payload.get("provenance"), dict):
+                            provenance = payload["provenance"]
+                records.append(QuarantinedEntry(item.entry, provenance))
+        finally:
+            if fd is not None:
+                os.close(fd)
+        return records
 
     def health_report(self) -> dict[str, Any]:
         """Counts of valid and corrupt lines, plus the state of the index."""

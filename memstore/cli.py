@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from memstore import __version__, reports
+from memstore import cli_output as out
 from memstore.errors import MemstoreError, describe
 from memstore.workspace import open_catalog, workspace_root
 
@@ -33,7 +35,6 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 PROG = "memstore"
-CONTENT_WIDTH = 60
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -45,10 +46,15 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Env:
-    """The options every command shares, resolved (subcommand first, then the group, then defaults)."""
+    """The options every command shares, resolved (subcommand first, then its groups, then defaults)."""
 
     root: Path
-    as_json: bool
+    fmt: str
+    """table, json, jsonl or csv; ``--json`` is ``json``."""
+
+    @property
+    def as_json(self) -> bool:
+        return self.fmt == "json"
 
 
 # ----------------------------------------------------------------------------- output helpers
@@ -61,41 +67,45 @@ def _emit_json(payload: object) -> None:
     click.echo(reports.json_text(payload))
 
 
-def _one_line(text: str, width: int | None = CONTENT_WIDTH) -> str:
-    """Text for a table cell: whitespace collapsed, unprintables shown as '?', cut to ``width``."""
-    flat = "".join(ch if ch.isprintable() else "?" for ch in " ".join(text.split()))
-    return flat if width is None or len(flat) <= width else flat[: width - 1] + "…"
+def _emit_listing(
+    env: Env,
+    payload: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    human: Callable[[], str],
+    columns: Sequence[str] | None = None,
+) -> None:
+    """One listing in the chosen format: the JSON document, one JSON line per record, CSV, or a table."""
+    if env.fmt == "json":
+        _emit_json(payload)
+    elif env.fmt == "jsonl":
+        text = out.jsonl_text(records)
+        if text:
+            click.echo(text)
+    elif env.fmt == "csv":
+        click.echo(out.csv_text(records, columns))
+    else:
+        click.echo(human())
 
 
-def _timestamp(value: object) -> str:
-    """A Unix timestamp as UTC ``YYYY-MM-DD HH:MM:SS``; one no calendar holds (1e300) as the number itself.
-
-    Never raises: stored timestamps are input, and a table must print whatever they hold.
-    """
+def _iso(value: object) -> str:
+    """A timestamp as ISO 8601 UTC to the second (``2026-01-02T03:04:05Z``); text kept when unparsable."""
     from datetime import UTC, datetime
 
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if value is None:
         return "-"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (OverflowError, OSError, ValueError):
+            return str(value)
+    text = str(value)
     try:
-        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
-    except (OverflowError, ValueError, OSError):
-        pass
-    try:
-        return repr(float(value))
-    except OverflowError:
-        return "out of range"
-
-
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; the last column is never padded."""
-    body = [list(row) for row in rows]
-    widths = [max([len(headers[i])] + [len(row[i]) for row in body]) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [cell.ljust(widths[i]) for i, cell in enumerate(cells[:-1])]
-        return "  ".join([*padded, cells[-1]]).rstrip()
-
-    return "\n".join([line(headers)] + [line(row) for row in body])
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return out.one_line(text, 25)
+    if parsed.tzinfo is None:
+        return parsed.strftime("%Y-%m-%dT%H:%M:%S")
+    return parsed.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _fields(pairs: Iterable[tuple[str, object]]) -> str:
@@ -127,22 +137,37 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str
             yield name, value
 
 
-def _entries_table(entries: Sequence[Any], *, empty: str = "no entries") -> str:
+ENTRY_COLUMNS = ("memory_id", "created_at", "tags", "branch_name", "run_id", "content")
+
+
+def _entries_table(entries: Sequence[Any], short: Mapping[str, str], *, empty: str = "no entries") -> str:
     if not entries:
         return empty
     rows = [
         (
-            _one_line(entry.memory_id, None),
-            _one_line(entry.created_at[:19]),
-            _one_line(",".join(entry.tags), 24),
-            _one_line(entry.content),
+            out.one_line(short.get(entry.memory_id, entry.memory_id)),
+            _iso(entry.created_at),
+            out.one_line(",".join(entry.tags), 24),
+            out.one_line(entry.content),
         )
         for entry in entries
     ]
-    return _table(("ID", "CREATED", "TAGS", "CONTENT"), rows)
+    return out.table(("ID", "CREATED", "TAGS", "CONTENT"), rows, width=out.terminal_width())
 
 
-def _cards_table(cards: Sequence[Any], *, empty: str = "no failure cards") -> str:
+def _emit_entries(env: Env, catalog: Any, entries: Sequence[Any], payload: Mapping[str, Any], *, empty: str) -> None:
+    def human() -> str:
+        short = catalog.short_ids(entry.memory_id for entry in entries) if entries else {}
+        return _entries_table(entries, short, empty=empty)
+
+    _emit_listing(env, payload, [entry.to_dict() for entry in entries], human, ENTRY_COLUMNS)
+
+
+def _card_status(card: Any) -> str:
+    return "active" if card.is_active() else ("invalidated" if card.invalidated else "expired")
+
+
+def _cards_table(cards: Sequence[Any], short: Mapping[str, str], *, empty: str = "no failure cards") -> str:
     if not cards:
         return empty
     rows = []
@@ -150,25 +175,40 @@ def _cards_table(cards: Sequence[Any], *, empty: str = "no failure cards") -> st
         where = card.file_path if card.line_number is None else f"{card.file_path}:{card.line_number}"
         rows.append(
             (
-                _one_line(card.id, None),
-                "active" if card.is_active() else ("invalidated" if card.invalidated else "expired"),
+                out.one_line(short.get(card.id, card.id)),
+                _card_status(card),
                 card.confidence,
-                _one_line(card.error_type, 20),
-                _one_line(where, 40),
-                _one_line(card.error_message, 50),
+                out.one_line(card.error_type, 20),
+                out.one_line(where, 40),
+                out.one_line(card.error_message),
             )
         )
-    return _table(("ID", "STATUS", "CONFIDENCE", "ERROR", "FILE", "MESSAGE"), rows)
+    return out.table(("ID", "STATUS", "CONFIDENCE", "ERROR", "FILE", "MESSAGE"), rows, width=out.terminal_width())
 
 
-def _show_entry(entry: Any) -> str:
+def _emit_cards(env: Env, cards: Sequence[Any], payload: Mapping[str, Any], *, empty: str) -> None:
+    """Cards in the chosen format; ``payload`` is the --json document (memstore.reports)."""
+
+    def human() -> str:
+        from memstore.id_prefix import short_ids_among
+
+        storage = _failure_cards(env, for_reading=True)
+        everyone = [] if storage is None else [card.id for card in storage.list_all()]
+        return _cards_table(cards, short_ids_among([card.id for card in cards], everyone), empty=empty)
+
+    records = [{**card.to_dict(), "status": _card_status(card)} for card in cards]
+    _emit_listing(env, payload, records, human)
+
+
+def _show_entry(entry: Any, extra: Iterable[tuple[str, object]] = ()) -> str:
     head = _fields(
         [
             ("memory_id", entry.memory_id),
-            ("created_at", entry.created_at),
+            ("created_at", entry.created_at),  # as stored: already ISO 8601, to the microsecond
             ("tags", list(entry.tags)),
             ("branch_name", entry.branch_name),
             ("run_id", entry.run_id),
+            *extra,
         ]
     )
     return f"{head}\n\n{entry.content}"
@@ -178,8 +218,8 @@ def _plan_text(plan: SearchPlan) -> str:
     answered = {"index": f"by the index ({plan.index_state})", "scan": "by a scan", "none": "without searching"}
     head = _fields(
         [
-            ("query", _one_line(plan.query, None)),
-            ("tokens", [_one_line(token, None) for token in plan.tokens]),
+            ("query", out.one_line(plan.query)),
+            ("tokens", [out.one_line(token) for token in plan.tokens]),
             ("answered", answered.get(plan.path, plan.path)),
             ("why", plan.reason or None),
             ("results", f"{len(plan.memory_ids)} (limit {plan.limit})"),
@@ -191,14 +231,14 @@ def _plan_text(plan: SearchPlan) -> str:
     rows = [
         (
             step.step,
-            _one_line(step.detail, None),
+            out.one_line(step.detail),
             "-" if step.candidates is None else str(step.candidates),
             f"{step.seconds * 1000:.3f}",
             step.outcome,
         )
         for step in plan.steps
     ]
-    return f"{head}\n\n{_table(('STEP', 'DETAIL', 'ROWS', 'MS', 'OUTCOME'), rows)}"
+    return f"{head}\n\n{out.table(('STEP', 'DETAIL', 'ROWS', 'MS', 'OUTCOME'), rows)}"
 
 
 def _bytes(value: object) -> str:
@@ -214,23 +254,37 @@ def _bytes(value: object) -> str:
     return f"{size:.1f} GiB"
 
 
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count} {one if count == 1 else many}"
+
+
 # ----------------------------------------------------------------------------- shared options
 
 
-def _resolve_env(ctx: click.Context, root: Path | None, as_json: bool) -> Env:
-    """The one place the workspace root is decided (see memstore.workspace.workspace_root)."""
-    top = ctx.find_root().params
-    if root is None:
-        root = top.get("root")
-    as_json = as_json or bool(top.get("as_json"))
-    return Env(root=workspace_root(root), as_json=as_json)
+def _resolve_env(ctx: click.Context, root: Path | None, as_json: bool, fmt: str | None) -> Env:
+    """The command's own options first, then each enclosing group's, then the defaults.
+
+    The one place the workspace root is decided (see memstore.workspace.workspace_root).
+    """
+    level: click.Context | None = ctx.parent
+    while level is not None:
+        if root is None:
+            root = level.params.get("root")
+        as_json = as_json or bool(level.params.get("as_json"))
+        level = level.parent
+    if fmt is None:
+        fmt = "json" if as_json else "table"
+    elif as_json and fmt != "json":
+        raise click.UsageError(f"--json and --format {fmt} disagree")
+    return Env(root=workspace_root(root), fmt=fmt)
 
 
 _ROOT_HELP = (
     "Workspace root holding .teaagent/ (default: $MEMSTORE_ROOT, else the nearest folder upwards holding"
     " .teaagent/, else the top of the git work tree, else the current directory)."
 )
-_JSON_HELP = "Print one JSON document on stdout instead of human-readable text."
+_JSON_HELP = "Print one JSON document on stdout instead of human-readable text (same as --format json)."
+_FORMAT_HELP = "Output format: an aligned table (default), one JSON document, JSON lines, or CSV."
 
 
 def _root_option() -> Callable[[F], F]:
@@ -247,15 +301,36 @@ def _json_option() -> Callable[[F], F]:
     return click.option("--json", "as_json", is_flag=True, default=False, help=_JSON_HELP)
 
 
-def with_env(func: Callable[..., None]) -> Callable[..., None]:
-    """Add ``--root`` and ``--json`` to a command and hand it the resolved :class:`Env`."""
+def _format_option() -> Callable[[F], F]:
+    return click.option("--format", "fmt", type=click.Choice(out.FORMATS), default=None, help=_FORMAT_HELP)
 
-    def wrapper(ctx: click.Context, /, root: Path | None, as_json: bool, **kwargs: Any) -> None:
-        func(_resolve_env(ctx, root, as_json), **kwargs)
 
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
-    return _root_option()(_json_option()(click.pass_context(wrapper)))
+def _env_command(*, listing: bool) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    def decorate(func: Callable[..., None]) -> Callable[..., None]:
+        def wrapper(
+            ctx: click.Context, /, root: Path | None, as_json: bool, fmt: str | None = None, **kwargs: Any
+        ) -> None:
+            func(_resolve_env(ctx, root, as_json, fmt), **kwargs)
+
+        wrapper.__name__ = func.__name__
+        wrapper.__doc__ = func.__doc__
+        decorated = click.pass_context(wrapper)
+        if listing:
+            decorated = _format_option()(decorated)
+        return _root_option()(_json_option()(decorated))
+
+    return decorate
+
+
+with_env = _env_command(listing=False)
+"""Add ``--root`` and ``--json`` to a command and hand it the resolved :class:`Env`."""
+with_listing_env = _env_command(listing=True)
+"""Like :data:`with_env`, plus ``--format`` (a command that lists records)."""
+
+
+def _group_options(func: F) -> F:
+    """``--root`` and ``--json`` on a group, so they work at every level of the command."""
+    return _root_option()(_json_option()(func))
 
 
 def _limit_option(default: int, what: str) -> Callable[[F], F]:
@@ -272,6 +347,15 @@ def _has_store(env: Env) -> bool:
     from memstore.layout import has_store
 
     return has_store(env.root)
+
+
+def _filter_options(func: F) -> F:
+    run = click.option("--run", "--run-id", "run_id", default=None, metavar="RUN", help="Only entries of this run id.")
+    func = run(func)
+    func = click.option("--branch", default=None, help="Only entries of this git branch.")(func)
+    return click.option(
+        "--tag", "tags", multiple=True, metavar="TAG", help="Only entries with this tag (repeat: all must be present)."
+    )(func)
 
 
 def _catalog(env: Env, *, for_reading: bool = False) -> Any:
@@ -303,6 +387,51 @@ def _failure_cards(env: Env, *, for_reading: bool = False) -> Any:
     return FailureCardStorage(env.root)
 
 
+def _read_input(content: str | None, path: Path | None, what: str) -> str:
+    """CONTENT as given, all of stdin for ``-``, or the file of ``--file`` (UTF-8)."""
+    if (content is None) == (path is None):
+        raise click.UsageError(f"give {what} as an argument, '-' for stdin, or --file PATH (exactly one)")
+    if path is not None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise click.BadParameter(describe(exc), param_hint="--file") from None
+        source = str(path)
+    elif content == "-":
+        data = sys.stdin.buffer.read()
+        source = "stdin"
+    else:
+        return str(content)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise click.BadParameter(f"{source} is not UTF-8 text", param_hint=what) from None
+
+
+def _confirmed(question: str, *, yes: bool) -> bool:
+    """Ask on a terminal unless --yes; without a terminal on stdin, proceed as scripts always did."""
+    if yes or not _stdin_is_terminal():
+        return True
+    return click.confirm(question, default=False, err=True)
+
+
+def _stdin_is_terminal() -> bool:
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+ALL_ROWS = 2**62
+
+
 # ----------------------------------------------------------------------------- the command tree
 
 
@@ -311,49 +440,56 @@ def _failure_cards(env: Env, *, for_reading: bool = False) -> Any:
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     no_args_is_help=True,
 )
-@_root_option()
-@_json_option()
+@_group_options
 @click.version_option(__version__, "--version", prog_name=PROG, help="Show the version and exit.")
 def cli(root: Path | None, as_json: bool) -> None:
     """Inspect and maintain an agent's memory.
 
     The catalog, failure cards, pinned files, team notes and the search index.
 
-    --root and --json work before the subcommand or after it.
+    --root and --json work at every level: before the subcommand, between a group and
+    its subcommand, or after it.
     """
 
 
 @cli.command("add")
-@click.argument("content")
+@click.argument("content", required=False)
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="PATH",
+              help="Read the content from this file (UTF-8) instead of the argument.")
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="Tag the entry (repeat for several).")
 @click.option("--branch", default=None, help="Scope the entry to this git branch.")
-@click.option("--run-id", default=None, help="Scope the entry to this run id.")
+@click.option("--run-id", "--run", "run_id", default=None, help="Scope the entry to this run id.")
 @click.option("--quarantine", is_flag=True, help="Append to the quarantine file (needs --provenance).")
 @click.option("--provenance", default=None, metavar="JSON", help="Provenance of the quarantined entry (a JSON object).")
 @with_env
 def add_command(
     env: Env,
-    content: str,
+    content: str | None,
+    path: Path | None,
     tags: tuple[str, ...],
     branch: str | None,
     run_id: str | None,
     quarantine: bool,
     provenance: str | None,
 ) -> None:
-    """Add CONTENT as a new memory entry and print its id."""
+    """Add CONTENT as a new memory entry and print its id.
+
+    CONTENT '-' reads the content from stdin; --file PATH reads it from a file.
+    """
     if quarantine != (provenance is not None):
         raise click.UsageError("--quarantine and --provenance go together")
+    text = _read_input(content, path, "CONTENT")
     catalog = _catalog(env)
     if quarantine:
         entry = catalog.add_quarantined(
-            content,
+            text,
             tags=tags,
             provenance=_json_object(provenance, "--provenance"),
             branch_name=branch,
             run_id=run_id,
         )
     else:
-        entry = catalog.add(content, tags=tags, branch_name=branch, run_id=run_id)
+        entry = catalog.add(text, tags=tags, branch_name=branch, run_id=run_id)
     if env.as_json:
         _emit_json(reports.entry_report(entry, quarantined=quarantine))
     else:
@@ -374,14 +510,18 @@ def _json_object(text: str | None, option: str) -> dict[str, Any]:
 
 @cli.command("list")
 @_limit_option(20, "entries")
-@with_env
-def list_command(env: Env, limit: int) -> None:
-    """List the newest memory entries, newest first."""
-    entries = _catalog(env, for_reading=True).list(limit=limit)
-    if env.as_json:
-        _emit_json(reports.entries_report(entries))
-    else:
-        click.echo(_entries_table(entries))
+@_filter_options
+@with_listing_env
+def list_command(env: Env, limit: int, tags: tuple[str, ...], branch: str | None, run_id: str | None) -> None:
+    """List the newest memory entries, newest first.
+
+    --tag (repeatable: all must be present), --branch and --run keep only matching entries.
+    """
+    catalog = _catalog(env, for_reading=True)
+    _catch_up_with_feedback(catalog)
+    entries = catalog.list(limit=limit, tags=tags, branch_name=branch, run_id=run_id)
+    payload = reports.entries_report(entries)
+    _emit_entries(env, catalog, entries, payload, empty="no entries")
 
 
 @cli.command("show")
@@ -390,9 +530,11 @@ def list_command(env: Env, limit: int) -> None:
 def show_command(env: Env, memory_id: str) -> None:
     """Show one memory entry.
 
-    Exit 1 when no entry has this ID.
+    ID may be a unique prefix of at least 4 characters. Exit 1 when no entry matches or the
+    prefix is ambiguous (the candidates are listed).
     """
-    entry = _catalog(env, for_reading=True).show(memory_id)
+    catalog = _catalog(env, for_reading=True)
+    entry = catalog.show(catalog.resolve_id(memory_id))
     if env.as_json:
         _emit_json(reports.entry_report(entry))
     else:
@@ -402,77 +544,159 @@ def show_command(env: Env, memory_id: str) -> None:
 @cli.command("search")
 @click.argument("query")
 @_limit_option(10, "entries")
+@_filter_options
 @click.option(
     "--explain",
     is_flag=True,
     default=False,
     help="Show how the search was answered (the index's steps with candidate counts and times) instead of the results.",
 )
-@with_env
-def search_command(env: Env, query: str, limit: int, explain: bool) -> None:
+@with_listing_env
+def search_command(
+    env: Env, query: str, limit: int, tags: tuple[str, ...], branch: str | None, run_id: str | None, explain: bool
+) -> None:
     """Search entries, best match first.
 
-    An entry matches when every word of QUERY is in its content or a tag.
+    An entry matches when every word of QUERY is in its content or a tag. --tag (repeatable:
+    all must be present), --branch and --run restrict the search to matching entries.
     """
     if explain:
+        if tags or branch is not None or run_id is not None:
+            raise click.UsageError("--explain shows unfiltered searches only: drop --tag, --branch and --run")
         plan = _catalog(env, for_reading=True).explain(query, limit=limit)
         if env.as_json:
             _emit_json(plan.to_dict())
         else:
             click.echo(_plan_text(plan))
         return
-    entries = _catalog(env, for_reading=True).search(query, limit=limit)
-    if env.as_json:
-        _emit_json(reports.entries_report(entries, query=query))
-    else:
-        click.echo(_entries_table(entries, empty="no matches"))
+    catalog = _catalog(env, for_reading=True)
+    _catch_up_with_feedback(catalog)
+    entries = catalog.search(query, limit=limit, tags=tags, branch_name=branch, run_id=run_id)
+    payload = reports.entries_report(entries, query=query)
+    _emit_entries(env, catalog, entries, payload, empty="no matches")
+
+
+_DRY_RUN_HELP = "Show what would be removed and change nothing."
+_YES_HELP = "Do not ask for confirmation (a terminal on stdin is asked by default)."
 
 
 @cli.command("delete")
 @click.option("--branch", default=None, help="Delete every entry of this branch.")
-@click.option("--run-id", default=None, help="Delete every entry of this run id.")
+@click.option("--run-id", "--run", "run_id", default=None, help="Delete every entry of this run id.")
+@click.option("--dry-run", is_flag=True, help=_DRY_RUN_HELP)
+@click.option("--yes", "-y", is_flag=True, help=_YES_HELP)
 @with_env
-def delete_command(env: Env, branch: str | None, run_id: str | None) -> None:
+def delete_command(env: Env, branch: str | None, run_id: str | None, dry_run: bool, yes: bool) -> None:
     """Delete the entries of one branch or one run.
 
-    Give exactly one of --branch and --run-id.
+    Give exactly one of --branch and --run-id. On a terminal it asks first; --yes skips the
+    question; when stdin is not a terminal it deletes without asking.
     """
     if (branch is None) == (run_id is None):
         raise click.UsageError("give exactly one of --branch or --run-id")
     catalog = _catalog(env)
+    what = f"branch {branch!r}" if branch is not None else f"run {run_id!r}"
+    if dry_run or (not yes and _stdin_is_terminal()):
+        matching = catalog.list(limit=ALL_ROWS, branch_name=branch, run_id=run_id)
+        if dry_run:
+            _preview(env, catalog, matching, {"dry_run": True, "branch": branch, "run_id": run_id}, "delete")
+            return
+        if not _confirmed(f"delete {_plural(len(matching), 'entry', 'entries')} of {what}?", yes=yes):
+            raise Refused("nothing deleted")
     deleted = catalog.delete_by_branch(branch) if branch is not None else catalog.delete_by_run_id(run_id)
     if env.as_json:
         _emit_json({"deleted": deleted, "branch": branch, "run_id": run_id})
     else:
-        click.echo(f"deleted {deleted} entr{'y' if deleted == 1 else 'ies'}")
+        click.echo(f"deleted {_plural(deleted, 'entry', 'entries')}")
+
+
+def _preview(env: Env, catalog: Any, entries: Sequence[Any], payload: Mapping[str, Any], verb: str) -> None:
+    if env.as_json:
+        _emit_json({**payload, f"would_{verb}": len(entries), "entries": [entry.to_dict() for entry in entries]})
+        return
+    if entries:
+        short = catalog.short_ids(entry.memory_id for entry in entries)
+        click.echo(_entries_table(entries, short))
+    click.echo(f"would {verb} {_plural(len(entries), 'entry', 'entries')} (dry run: nothing changed)")
 
 
 @cli.command("quarantine")
 @click.option("--branch", required=True, help="Move every entry of this branch to quarantine.")
 @click.option("--reason", required=True, help="Why, recorded in each entry's provenance.")
+@click.option("--dry-run", is_flag=True, help=_DRY_RUN_HELP)
+@click.option("--yes", "-y", is_flag=True, help=_YES_HELP)
 @with_env
-def quarantine_command(env: Env, branch: str, reason: str) -> None:
+def quarantine_command(env: Env, branch: str, reason: str, dry_run: bool, yes: bool) -> None:
     """Move a branch's entries into quarantine.
 
     They leave memory.jsonl for memory-quarantine.jsonl, with the reason in their provenance.
+    Asks first on a terminal, like delete.
     """
-    moved = _catalog(env).quarantine_by_branch(branch, reason)
+    catalog = _catalog(env)
+    if dry_run or (not yes and _stdin_is_terminal()):
+        matching = catalog.list(limit=ALL_ROWS, branch_name=branch)
+        if dry_run:
+            _preview(env, catalog, matching, {"dry_run": True, "branch": branch, "reason": reason}, "quarantine")
+            return
+        if not _confirmed(f"quarantine {_plural(len(matching), 'entry', 'entries')} of branch {branch!r}?", yes=yes):
+            raise Refused("nothing quarantined")
+    moved = catalog.quarantine_by_branch(branch, reason)
     if env.as_json:
         _emit_json({"quarantined": moved, "branch": branch, "reason": reason})
     else:
-        click.echo(f"quarantined {moved} entr{'y' if moved == 1 else 'ies'}")
+        click.echo(f"quarantined {_plural(moved, 'entry', 'entries')}")
 
 
-@cli.command("quarantined")
+@cli.group("quarantined", invoke_without_command=True)
 @_limit_option(20, "entries")
+@_format_option()
+@_group_options
+@click.pass_context
+def quarantined_group(ctx: click.Context, limit: int, fmt: str | None, root: Path | None, as_json: bool) -> None:
+    """Quarantined entries: list the newest (the default), or show one."""
+    if ctx.invoked_subcommand is None:
+        _list_quarantined(_resolve_env(ctx, root, as_json, fmt), limit)
+
+
+def _list_quarantined(env: Env, limit: int) -> None:
+    catalog = _catalog(env, for_reading=True)
+    records = catalog.quarantined_records(limit=limit)
+    entries = [record.entry for record in records]
+
+    def human() -> str:
+        from memstore.id_prefix import short_ids_among
+
+        everyone = [entry.memory_id for entry in catalog.list_quarantined(limit=ALL_ROWS)]
+        short = short_ids_among([entry.memory_id for entry in entries], everyone)
+        return _entries_table(entries, short, empty="no quarantined entries")
+
+    dicts = [record.to_dict() for record in records]
+    _emit_listing(env, {"count": len(records), "entries": dicts}, dicts, human, (*ENTRY_COLUMNS, "provenance"))
+
+
+@quarantined_group.command("list")
+@_limit_option(20, "entries")
+@with_listing_env
+def quarantined_list_command(env: Env, limit: int) -> None:
+    """List the newest quarantined entries, newest first, with their provenance."""
+    _list_quarantined(env, limit)
+
+
+@quarantined_group.command("show")
+@click.argument("memory_id", metavar="ID")
 @with_env
-def quarantined_command(env: Env, limit: int) -> None:
-    """List the newest quarantined entries, newest first."""
-    entries = _catalog(env, for_reading=True).list_quarantined(limit=limit)
+def quarantined_show_command(env: Env, memory_id: str) -> None:
+    """Show one quarantined entry with its provenance (reason, original branch, when).
+
+    ID may be a unique prefix of at least 4 characters.
+    """
+    record = _catalog(env, for_reading=True).show_quarantined(memory_id)
     if env.as_json:
-        _emit_json(reports.entries_report(entries))
+        _emit_json({"entry": record.to_dict()})
     else:
-        click.echo(_entries_table(entries, empty="no quarantined entries"))
+        provenance = [(f"provenance.{key}", value) for key, value in sorted(record.provenance.items())]
+        fixed = [(key, _iso(value) if key.endswith("_at") else value) for key, value in provenance]
+        click.echo(_show_entry(record.entry, fixed))
 
 
 @cli.command("health")
@@ -562,7 +786,7 @@ def _print_doctor(env: Env, report: Any, *, fixed: bool) -> None:
         for finding in report.findings:
             where = finding.file if finding.line is None else f"{finding.file}:{finding.line}"
             note = "" if finding.fixable or not fixed else " (not fixed)"
-            click.echo(f"{where}: {finding.severity}: {finding.kind}: {_one_line(finding.detail, None)}{note}")
+            click.echo(f"{where}: {finding.severity}: {finding.kind}: {out.one_line(finding.detail)}{note}")
         click.echo("healthy" if report.healthy else "problems found" + ("" if fixed else "; run with --fix to repair"))
     if not report.healthy:
         raise Refused("the store has problems" + (" that could not be fixed" if fixed else ""))
@@ -589,21 +813,26 @@ def merge_json_command(env: Env, base: Path, ours: Path, theirs: Path) -> None:
 
 
 @cli.group("failures")
-def failures_group() -> None:
+@_group_options
+def failures_group(root: Path | None, as_json: bool) -> None:
     """Failure cards: remembered errors that warn agents."""
 
 
 @failures_group.command("list")
 @click.option("--active", is_flag=True, help="Only cards that are neither invalidated nor expired.")
-@with_env
+@with_listing_env
 def failures_list_command(env: Env, active: bool) -> None:
     """List failure cards in file order."""
     storage = _failure_cards(env, for_reading=True)
     cards = [] if storage is None else storage.list_active() if active else storage.list_all()
-    if env.as_json:
-        _emit_json(reports.cards_report(cards))
-    else:
-        click.echo(_cards_table(cards))
+    _emit_cards(env, cards, reports.cards_report(cards), empty="no failure cards")
+
+
+def _card_fields(card: Any) -> str:
+    times = {"timestamp", "expires_at"}
+    pairs = [(key, _iso(value) if key in times and value is not None else value)
+             for key, value in card.to_dict().items()]
+    return _fields([*pairs, ("active", card.is_active())])
 
 
 @failures_group.command("show")
@@ -612,16 +841,69 @@ def failures_list_command(env: Env, active: bool) -> None:
 def failures_show_command(env: Env, card_id: str) -> None:
     """Show one failure card.
 
-    Exit 1 when no card has this ID.
+    ID may be a unique prefix of at least 4 characters. Exit 1 when no card matches.
     """
     storage = _failure_cards(env, for_reading=True)
-    card = None if storage is None else storage.get_by_id(card_id)
+    card = None if storage is None else storage.get_by_id(storage.resolve_id(card_id))
     if card is None:
         raise Refused(f"failure card not found: {card_id.strip()}")
     if env.as_json:
         _emit_json(reports.card_report(card))
     else:
-        click.echo(_fields([*card.to_dict().items(), ("active", card.is_active())]))
+        click.echo(_card_fields(card))
+
+
+@failures_group.command("add")
+@click.option("--error-type", required=True, help="The kind of error, e.g. ImportError.")
+@click.option("--file", "file_path", required=True, metavar="PATH", help="The file the error is about.")
+@click.option("--line", "line_number", type=click.IntRange(min=0), default=None, help="The line in that file.")
+@click.option("--message", required=True, help="The error message.")
+@click.option("--task", default="", help="The task that failed.")
+@click.option("--run-id", "--run", "run_id", default="", help="The run that failed.")
+@click.option("--context-file", "context_files", multiple=True, metavar="PATH", help="Another file involved (repeat).")
+@click.option("--confidence", type=click.Choice(["low", "medium", "high"]), default="medium", show_default=True,
+              help="How sure the failure will recur.")
+@click.option("--behavior", type=click.Choice(["info", "warning", "block"]), default="warning", show_default=True,
+              help="How loudly to warn (block needs --reviewer human and --confidence high to take effect).")
+@click.option("--reviewer", type=click.Choice(["agent", "human"]), default="agent", show_default=True,
+              help="Who reviewed the card.")
+@click.option("--ttl-days", type=float, default=30.0, show_default=True, help="Expire after this many days (0: never).")
+@with_env
+def failures_add_command(
+    env: Env,
+    error_type: str,
+    file_path: str,
+    line_number: int | None,
+    message: str,
+    task: str,
+    run_id: str,
+    context_files: tuple[str, ...],
+    confidence: str,
+    behavior: str,
+    reviewer: str,
+    ttl_days: float,
+) -> None:
+    """Record a failure card and print its id."""
+    from memstore.cards import FailureCard
+
+    card = FailureCard.create(
+        run_id,
+        error_type,
+        file_path,
+        message,
+        task,
+        list(context_files),
+        line_number,
+        confidence=confidence,
+        ttl_seconds=ttl_days * 86400,
+        warning_behavior=behavior,
+        reviewer_type=reviewer,
+    )
+    _failure_cards(env).append(card)
+    if env.as_json:
+        _emit_json({"card": card.to_dict()})
+    else:
+        click.echo(f"added {card.id}")
 
 
 @failures_group.command("match")
@@ -629,7 +911,7 @@ def failures_show_command(env: Env, card_id: str) -> None:
 @click.option("--task", required=True, help="The task description to match against.")
 @click.option("--error-type", default=None, help="Also prefer cards with this error type.")
 @_limit_option(3, "cards")
-@with_env
+@with_listing_env
 def failures_match_command(env: Env, files: tuple[str, ...], task: str, error_type: str | None, limit: int) -> None:
     """Find the active cards most relevant to a task.
 
@@ -637,10 +919,7 @@ def failures_match_command(env: Env, files: tuple[str, ...], task: str, error_ty
     """
     storage = _failure_cards(env, for_reading=True)
     cards = [] if storage is None else storage.find_matching(list(files), task, error_type, limit)
-    if env.as_json:
-        _emit_json(reports.matching_cards_report(cards))
-    else:
-        click.echo(_cards_table(cards, empty="no matching failure cards"))
+    _emit_cards(env, cards, reports.matching_cards_report(cards), empty="no matching failure cards")
 
 
 @failures_group.command("invalidate")
@@ -650,16 +929,49 @@ def failures_match_command(env: Env, files: tuple[str, ...], task: str, error_ty
 def failures_invalidate_command(env: Env, card_id: str, reason: str) -> None:
     """Invalidate a failure card for good.
 
-    Exit 1 when no card has this ID.
+    ID may be a unique prefix of at least 4 characters. Exit 1 when no card matches.
     """
-    found = _failure_cards(env).invalidate(card_id, reason=reason)
+    from memstore.errors import EntryNotFoundError
+
+    storage = _failure_cards(env)
+    try:
+        full_id = storage.resolve_id(card_id)
+    except EntryNotFoundError:
+        full_id = card_id.strip()  # reported below as not invalidated, as before prefixes existed
+    found = storage.invalidate(full_id, reason=reason)
     _outcome(
         env,
-        {"id": card_id, "invalidated": found},
+        {"id": full_id, "invalidated": found},
         found,
-        f"invalidated {card_id}",
+        f"invalidated {full_id}",
         f"failure card not found: {card_id.strip()}",
     )
+
+
+@failures_group.command("clear")
+@click.argument("card_id", metavar="ID", required=False)
+@click.option("--all", "every", is_flag=True, help="Remove every card instead of one.")
+@click.option("--yes", "-y", is_flag=True, help=_YES_HELP)
+@with_env
+def failures_clear_command(env: Env, card_id: str | None, every: bool, yes: bool) -> None:
+    """Remove one failure card (ID, or a unique prefix), or every card with --all.
+
+    --all asks first on a terminal, like delete.
+    """
+    if (card_id is None) == (not every):
+        raise click.UsageError("give a card ID or --all (exactly one)")
+    storage = _failure_cards(env)
+    if every:
+        count = len(storage.list_all())
+        if not _confirmed(f"remove all {_plural(count, 'failure card', 'failure cards')}?", yes=yes):
+            raise Refused("nothing removed")
+        storage.clear_all()
+        _outcome(env, {"cleared": count}, True, f"removed {_plural(count, 'card', 'cards')}", "")
+        return
+    full_id = storage.resolve_id(card_id)
+    removed = storage.clear_by_id(full_id)
+    missing = f"failure card not found: {card_id}"
+    _outcome(env, {"id": full_id, "cleared": removed}, removed, f"removed {full_id}", missing)
 
 
 @failures_group.command("prune")
@@ -670,7 +982,7 @@ def failures_prune_command(env: Env) -> None:
     if env.as_json:
         _emit_json({"pruned": removed})
     else:
-        click.echo(f"pruned {removed} card{'' if removed == 1 else 's'}")
+        click.echo(f"pruned {_plural(removed, 'card', 'cards')}")
 
 
 @failures_group.command("auto-invalidate")
@@ -725,17 +1037,19 @@ def unpin_command(env: Env, path: str) -> None:
 
 
 @cli.command("pinned")
-@with_env
+@with_listing_env
 def pinned_command(env: Env) -> None:
     """List pinned files."""
     pins = _pins(env).list_all()
-    if env.as_json:
-        _emit_json(reports.pins_report(pins))
-    elif not pins:
-        click.echo("no pinned files")
-    else:
-        rows = [(pin.file_path, _timestamp(pin.pinned_at), _timestamp(pin.last_modified)) for pin in pins]
-        click.echo(_table(("PATH", "PINNED", "MODIFIED"), rows))
+
+    def human() -> str:
+        if not pins:
+            return "no pinned files"
+        rows = [(out.one_line(pin.file_path), _iso(pin.pinned_at), _iso(pin.last_modified)) for pin in pins]
+        return out.table(("PATH", "PINNED", "MODIFIED"), rows, flex=0, width=out.terminal_width())
+
+    payload = reports.pins_report(pins)
+    _emit_listing(env, payload, payload["pinned"], human)
 
 
 # ----------------------------------------------------------------------------- team memory
@@ -748,7 +1062,8 @@ def _team(env: Env) -> Any:
 
 
 @cli.group("team")
-def team_group() -> None:
+@_group_options
+def team_group(root: Path | None, as_json: bool) -> None:
     """Team memory: shared one-line notes.
 
     Stored in .teaagent/team-memory.md.
@@ -756,11 +1071,16 @@ def team_group() -> None:
 
 
 @team_group.command("add")
-@click.argument("text")
+@click.argument("text", required=False)
+@click.option("--file", "path", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="PATH",
+              help="Read the note from this file (UTF-8).")
 @with_env
-def team_add_command(env: Env, text: str) -> None:
-    """Append TEXT to the team notes and print the written line."""
-    line = _team(env).add(text)
+def team_add_command(env: Env, text: str | None, path: Path | None) -> None:
+    """Append TEXT to the team notes and print the written line.
+
+    TEXT '-' reads the note from stdin; line breaks are joined into one line.
+    """
+    line = _team(env).add(_read_input(text, path, "TEXT"))
     if env.as_json:
         _emit_json({"line": line})
     else:
@@ -768,14 +1088,31 @@ def team_add_command(env: Env, text: str) -> None:
 
 
 @team_group.command("list")
-@with_env
+@with_listing_env
 def team_list_command(env: Env) -> None:
     """Print every team note, oldest first."""
     lines = _team(env).list()
+    records = [{"line": line} for line in lines]
+    _emit_listing(
+        env, {"count": len(lines), "lines": lines}, records, lambda: "\n".join(lines) if lines else "no team notes"
+    )
+
+
+@team_group.command("remove")
+@click.argument("text")
+@click.option("--all", "every", is_flag=True, help="Remove every note containing TEXT, not just one.")
+@with_env
+def team_remove_command(env: Env, text: str, every: bool) -> None:
+    """Remove the team note whose line contains TEXT.
+
+    The notes file is rewritten atomically under its lock, every other line kept as it was.
+    Exit 1 when no note or (without --all) more than one note contains TEXT.
+    """
+    removed = _team(env).remove(text, every=every)
     if env.as_json:
-        _emit_json({"count": len(lines), "lines": lines})
+        _emit_json({"removed": removed, "count": len(removed)})
     else:
-        click.echo("\n".join(lines) if lines else "no team notes")
+        click.echo("\n".join(f"removed {line}" for line in removed))
 
 
 @team_group.command("prompt")
@@ -805,43 +1142,96 @@ def team_prompt_command(env: Env, tokens: int) -> None:
 @cli.command("recall")
 @click.argument("query")
 @_limit_option(10, "results per tier")
-@with_env
+@with_listing_env
 def recall_command(env: Env, query: str, limit: int) -> None:
     """Search every memory tier at once.
 
     The project catalog, the personal one (~/.config/teaagent) and .claude/MEMORY.md.
     """
     from memstore.hierarchy import MemoryHierarchy
+    from memstore.id_prefix import short_ids_among
 
-    results = MemoryHierarchy(env.root, readonly=True).search_all(query, limit=limit)
+    hierarchy = MemoryHierarchy(env.root, readonly=True)
+    results = hierarchy.search_all(query, limit=limit)
+    records = [{"tier": tier, **entry.to_dict()} for tier, entries in results.items() for entry in entries]
+    catalogs = {"project": hierarchy.project, "personal": hierarchy.personal}
+
+    def human() -> str:
+        blocks = []
+        for tier, entries in results.items():
+            ids = [entry.memory_id for entry in entries]
+            tier_catalog = catalogs.get(tier)
+            short = tier_catalog.short_ids(ids) if tier_catalog is not None else short_ids_among(ids, ids)
+            blocks.append(f"{tier} ({len(entries)})\n{_entries_table(entries, short, empty='no matches')}")
+        return "\n\n".join(blocks)
+
+    _emit_listing(env, reports.recall_report(query, results), records, human, ("tier", *ENTRY_COLUMNS))
+
+
+# ----------------------------------------------------------------------------- export
+
+
+@cli.group("export")
+@_group_options
+def export_group(root: Path | None, as_json: bool) -> None:
+    """Write memories in other tools' formats."""
+
+
+@export_group.command("claude-md")
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="PATH",
+              help="The MEMORY.md to write (default: <root>/.claude/MEMORY.md).")
+@with_env
+def export_claude_md_command(env: Env, output: Path | None) -> None:
+    """Write the most useful memories into Claude Code's MEMORY.md.
+
+    Pinned files, blocking failure cards, team notes, curated and recent entries, within
+    200 lines and 25 KB for the whole file. Only the section between memstore's markers is
+    replaced; text a person wrote around it is kept.
+    """
+    from memstore.claude_md import export_claude_md
+
+    report = export_claude_md(env.root, output=output)
     if env.as_json:
-        _emit_json(reports.recall_report(query, results))
+        _emit_json(report.to_dict())
     else:
-        click.echo(
-            "\n\n".join(
-                f"{tier} ({len(entries)})\n{_entries_table(entries, empty='no matches')}"
-                for tier, entries in results.items()
-            )
-        )
+        click.echo(f"wrote {report.path}: {report.items} items, {report.lines} lines, {report.bytes} bytes")
 
 
 # ----------------------------------------------------------------------------- the index
 
 
-class _ProgressBar:
-    """Feeds reindex(progress=...) into a click progress bar, created on the first call."""
+PROGRESS_DELAY = 1.0
+"""Index builds shorter than this show no bar."""
 
-    def __init__(self, stack: contextlib.ExitStack) -> None:
+
+class _ProgressBar:
+    """Feeds reindex(progress=...) into a click progress bar on stderr, shown once a build runs long."""
+
+    def __init__(self, stack: contextlib.ExitStack, *, delay: float | None = None) -> None:
         self._stack = stack
         self._bar: Any = None
         self._done = 0
+        self._show_after = time.monotonic() + (PROGRESS_DELAY if delay is None else delay)
 
     def __call__(self, done: int, total: int) -> None:
         if self._bar is None:
+            if time.monotonic() < self._show_after:
+                return
             bar = click.progressbar(length=max(total, 1), label="indexing", file=sys.stderr)
             self._bar = self._stack.enter_context(bar)
         self._bar.update(max(done - self._done, 0))
         self._done = done
+
+
+def _catch_up_with_feedback(catalog: Any) -> None:
+    """Bring the index up to date before a read, with a progress bar when that takes long.
+
+    Only when stderr is a terminal; otherwise the read catches up silently as always.
+    """
+    if not _stderr_is_terminal() or not catalog.path.exists():
+        return
+    with contextlib.ExitStack() as stack, contextlib.suppress(MemstoreError):
+        catalog.reindex(progress=_ProgressBar(stack))
 
 
 @cli.command("reindex")
@@ -857,7 +1247,7 @@ def reindex_command(env: Env, full: bool, check: bool) -> None:
     payload: dict[str, Any] = {}
     if full or not check:
         with contextlib.ExitStack() as stack:
-            show_progress = not env.as_json and sys.stderr.isatty()
+            show_progress = _stderr_is_terminal()
             from memstore.maintenance import reindex_workspace
 
             report = reindex_workspace(catalog, full=full, progress=_ProgressBar(stack) if show_progress else None)
@@ -888,12 +1278,12 @@ def _index_sources(index: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _status_text(index: Mapping[str, Any]) -> str:
     sources = _index_sources(index)
     if not sources:
-        error = f" ({_one_line(str(index['error']), None)})" if index.get("error") else ""
+        error = f" ({out.one_line(str(index['error']), None)})" if index.get("error") else ""
         return f"index: {index.get('state', 'unknown')}{error}"
     files = sorted({str(row.get("index_path") or row.get("path")) for row in sources} - {"None"})
     rows = [
         (
-            _one_line(str(row.get("source", "?")), None),
+            out.one_line(str(row.get("source", "?")), None),
             str(row.get("state", "-")),
             _scalar(row.get("entries")),
             _bytes(row.get("bytes_indexed")),
@@ -904,7 +1294,7 @@ def _status_text(index: Mapping[str, Any]) -> str:
         for row in sources
     ]
     headers = ("SOURCE", "STATE", "ENTRIES", "INDEXED", "BEHIND", "FILE SIZE", "INDEX SIZE")
-    return f"index: {', '.join(files) or '-'}\n" + _table(headers, rows)
+    return f"index: {', '.join(files) or '-'}\n" + out.table(headers, rows)
 
 
 @cli.command("status")
@@ -949,7 +1339,9 @@ def watch_command(env: Env, debounce_ms: int) -> None:
             click.echo(reports.json_text(action, indent=None))
 
     log_handler = logging.StreamHandler(sys.stderr)
-    log_handler.setFormatter(logging.Formatter(f"%(asctime)s {PROG} watch: %(message)s"))
+    stamp = logging.Formatter(f"%(asctime)s {PROG} watch: %(message)s", datefmt="%Y-%m-%dT%H:%M:%SZ")
+    stamp.converter = time.gmtime  # ISO 8601 in UTC, like every other time the command prints
+    log_handler.setFormatter(stamp)
     watch_logger = logging.getLogger("memstore.watch_loop")
     watch_logger.handlers[:] = [log_handler]
     watch_logger.setLevel(logging.INFO)
@@ -983,7 +1375,7 @@ def mcp_command(ctx: click.Context, root: Path | None, allow_destructive: bool) 
 
     Runs until the client closes stdin. See docs/cli.md for the tools and resources.
     """
-    env = _resolve_env(ctx, root, False)
+    env = _resolve_env(ctx, root, False, None)
     if not env.root.is_dir():
         raise Refused(f"root is not a directory: {env.root}")
     try:

@@ -68,3 +68,11 @@ def describe(exc: BaseException) -> str:
     else:
         text = str(exc) or type(exc).__name__
     return " ".join(text.split()) or "unknown error"
+
+
+class AmbiguousIdError(InvalidArgumentError):
+    """An id prefix matches more than one entry or card; ``candidates`` holds (some of) them."""
+
+    def __init__(self, message: str, candidates: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.candidates = candidates

@@ -229,6 +229,12 @@ class FailureCardStorage:
                 return card
         return None
 
+    def resolve_id(self, prefix: str) -> str:
+        """The full id of the one card whose id is ``prefix`` or starts with it (at least 4 characters)."""
+        from memstore.id_prefix import resolve_among
+
+        return resolve_among(prefix, (card.id for card in self.list_all()), what="failure card")
+
     def find_matching(
         self,
         file_paths: Iterable[str],

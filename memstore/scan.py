@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memstore.entry_filter import NO_FILTER, EntryFilter
 from memstore.files import RACY_WINDOW_NS, iter_raw_lines, open_for_read
 from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry, memory_relevance_score, rank_matches
@@ -88,24 +89,36 @@ class ScanCache:
             os.close(fd)
 
 
-def scan_search(result: ScanResult, tokens: Sequence[str], limit: int) -> list[MemoryEntry]:
+def scan_search(
+    result: ScanResult, tokens: Sequence[str], limit: int, entry_filter: EntryFilter = NO_FILTER
+) -> list[MemoryEntry]:
     """The spec's search over scanned entries: match all tokens, score, order, take ``limit``."""
     if not tokens or limit == 0:
         return []
     scored = []
     for item in result.entries:
         entry = item.entry
+        if not entry_filter.admits(entry):
+            continue
         content = entry.content.lower()
         if all(token in content or any(token in tag for tag in entry.tags) for token in tokens):
             scored.append((memory_relevance_score(entry, tokens), entry.created_at, item.order, entry))
     return rank_matches(scored, limit)
 
 
-def scan_list(result: ScanResult, limit: int) -> list[MemoryEntry]:
+def scan_list(result: ScanResult, limit: int, entry_filter: EntryFilter = NO_FILTER) -> list[MemoryEntry]:
     """Newest line first (reverse file order), not sorted by time."""
     if limit == 0:
         return []
-    return [item.entry for item in reversed(result.entries[-limit:])]
+    if entry_filter.empty:
+        return [item.entry for item in reversed(result.entries[-limit:])]
+    found: list[MemoryEntry] = []
+    for item in reversed(result.entries):
+        if entry_filter.admits(item.entry):
+            found.append(item.entry)
+            if len(found) == limit:
+                break
+    return found
 
 
 def scan_show(result: ScanResult, memory_id: str) -> MemoryEntry | None:

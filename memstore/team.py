@@ -14,8 +14,8 @@ import builtins
 import re
 from pathlib import Path
 
-from memstore.errors import ArgumentTypeError, EmptyContentError
-from memstore.files import FileLock, append_line, read_regular_file
+from memstore.errors import ArgumentTypeError, EmptyContentError, EntryNotFoundError, InvalidArgumentError
+from memstore.files import FileLock, append_line, atomic_write, read_regular_file
 from memstore.layout import ensure_store
 from memstore.models import check_limit, utc_now_iso
 
@@ -64,6 +64,38 @@ class TeamMemory:
             return []
         text = data.decode("utf-8", errors="replace").removeprefix("\ufeff")
         return [line for line in LINE_BREAK.split(text) if line.strip()]
+
+    def remove(self, text: str, *, every: bool = False) -> builtins.list[str]:
+        """Remove the note whose line contains ``text``; returns the removed lines.
+
+        The file is append-only for writers, so a removal is the one rewrite: under the
+        team lock (appends wait), the file is replaced atomically with every other line
+        kept byte for byte.  More than one matching note is refused (InvalidArgumentError
+        listing them) unless ``every``; none is EntryNotFoundError.
+        """
+        if not isinstance(text, str):
+            raise ArgumentTypeError(f"text must be a str, not {type(text).__name__}")
+        if not text.strip():
+            raise InvalidArgumentError("the text naming a team note cannot be empty")
+        with self._lock:
+            try:
+                data = read_regular_file(self.path, max_bytes=MAX_TEAM_MEMORY_BYTES)
+            except FileNotFoundError:
+                raise EntryNotFoundError(f"no team note contains {text!r}") from None
+            # Split as list() does (LF, CRLF or a lone CR), keeping each line's own ending.
+            raw_lines = re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", data)
+            shown = [
+                raw.decode("utf-8", errors="replace").removeprefix("\ufeff").rstrip("\r\n") for raw in raw_lines
+            ]
+            hits = [i for i, line in enumerate(shown) if line.strip() and text in line]
+            if not hits:
+                raise EntryNotFoundError(f"no team note contains {text!r}")
+            if len(hits) > 1 and not every:
+                listed = "; ".join(shown[i] for i in hits[:10])
+                raise InvalidArgumentError(f"{len(hits)} team notes contain {text!r} (use --all): {listed}")
+            gone = set(hits)
+            atomic_write(self.path, b"".join(raw for i, raw in enumerate(raw_lines) if i not in gone))
+        return [shown[i] for i in hits]
 
     def inject_prompt(self, limit_tokens: int = 2048) -> str:
         """A prompt block of the newest entries that fit, printed oldest first.

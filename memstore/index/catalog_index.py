@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memstore.entry_filter import NO_FILTER, EntryFilter
 from memstore.files import iter_raw_lines, open_for_read
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
+from memstore.index.restrict import restriction_for
 from memstore.index.search import Hit, Planner, PlannerFactory, search_rows, sql_safe
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.jsonl import decode_entry, is_blank
@@ -70,18 +72,40 @@ class _Ingest:
     """tag -> tid as read or assigned in this catch-up's transaction, and never beyond it."""
 
 
-def row_values(entry: MemoryEntry) -> tuple[str | None, str, str, str | None, int, int]:
-    """The ``doc`` columns (mid, c, t, created_at, bonus, odd) an entry is indexed as.
+RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, int]
+
+
+def row_values(entry: MemoryEntry) -> RowValues:
+    """The ``doc`` columns (mid, c, t, created_at, bonus, br, run, odd) an entry is indexed as.
 
     ``c`` is Python's ``content.lower()`` and ``t`` the tags joined by newlines (a
     token never holds whitespace, so it cannot span two tags).  Entries SQLite cannot
-    hold exactly (lone surrogates, NUL) become *odd* rows, scored in Python.
+    hold exactly (lone surrogates, NUL), and entries with a newline inside a tag (``t``
+    would not say where one tag ends, which the tag filter needs), become *odd* rows,
+    scored and filtered in Python.
     """
     content = entry.content.lower()
     tags = "\n".join(entry.tags)
-    if sql_safe(content) and sql_safe(tags) and _encodable(entry.memory_id) and _encodable(entry.created_at):
-        return (entry.memory_id, content, tags, entry.created_at, tag_bonus(entry.tags), 0)
-    return (None, "", "", None, 0, 1)
+    if (
+        sql_safe(content)
+        and sql_safe(tags)
+        and not any("\n" in tag for tag in entry.tags)
+        and _encodable(entry.memory_id)
+        and _encodable(entry.created_at)
+        and sql_safe(entry.branch_name or "")
+        and sql_safe(entry.run_id or "")
+    ):
+        return (
+            entry.memory_id,
+            content,
+            tags,
+            entry.created_at,
+            tag_bonus(entry.tags),
+            entry.branch_name,
+            entry.run_id,
+            0,
+        )
+    return (None, "", "", None, 0, None, None, 1)
 
 
 def _encodable(value: str | None) -> bool:
@@ -282,7 +306,8 @@ class CatalogIndex(IndexedSource):
     def _flush(self, conn: sqlite3.Connection, ingest: _Ingest) -> None:
         if ingest.docs:
             conn.executemany(
-                "INSERT INTO doc(id, mid, c, t, created_at, bonus, odd) VALUES (?,?,?,?,?,?,?)", ingest.docs
+                "INSERT INTO doc(id, mid, c, t, created_at, bonus, br, run, odd) VALUES (?,?,?,?,?,?,?,?,?)",
+                ingest.docs,
             )
             conn.executemany("INSERT INTO pos(id, off, len) VALUES (?,?,?)", ingest.pos)
         if ingest.fts and not ingest.bulk:
@@ -350,12 +375,21 @@ class CatalogIndex(IndexedSource):
         ).fetchall()
         return [(row_id, off, length, self._entry_at(fd, off, length)) for row_id, off, length in rows]
 
-    def search(self, tokens: Sequence[str], limit: int, *, planner: PlannerFactory = Planner) -> list[MemoryEntry]:
+    def search(
+        self,
+        tokens: Sequence[str],
+        limit: int,
+        entry_filter: EntryFilter = NO_FILTER,
+        *,
+        planner: PlannerFactory = Planner,
+    ) -> list[MemoryEntry]:
+        restriction = restriction_for(entry_filter)
+
         def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
-            hits = search_rows(conn, tokens, limit, state.rows, planner=planner)
+            hits = search_rows(conn, tokens, limit, state.rows, planner=planner, restriction=restriction)
             known: dict[int, MemoryEntry] = {}
             for row_id, _off, _length, entry in self._odd_rows(conn, fd):
-                if memory_matches(entry, tokens):
+                if memory_matches(entry, tokens) and entry_filter.admits(entry):
                     known[row_id] = entry
                     hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id))
             if known:  # the planner's hits come sorted; odd rows join them here
@@ -380,12 +414,61 @@ class CatalogIndex(IndexedSource):
 
         return self._read(answer, [])
 
-    def list(self, limit: int) -> builtins.list[MemoryEntry]:
+    def list(self, limit: int, entry_filter: EntryFilter = NO_FILTER) -> builtins.list[MemoryEntry]:
+        restriction = restriction_for(entry_filter)
+
         def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
-            rows = conn.execute("SELECT off, len FROM pos ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-            return [self._entry_at(fd, off, length) for off, length in rows]
+            if restriction is None:
+                rows = conn.execute("SELECT off, len FROM pos ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+                return [self._entry_at(fd, off, length) for off, length in rows]
+            found: builtins.list[tuple[int, MemoryEntry]] = [
+                (row_id, entry) for row_id, _o, _l, entry in self._odd_rows(conn, fd) if entry_filter.admits(entry)
+            ]
+            sql = (
+                "SELECT d.id, pos.off, pos.len FROM doc d JOIN pos ON pos.id = d.id"
+                f" WHERE d.odd = 0 AND {restriction.sql} ORDER BY d.id DESC LIMIT :k"
+            )
+            for row_id, off, length in conn.execute(sql, {**restriction.params, "k": limit}):
+                found.append((row_id, self._entry_at(fd, off, length)))
+            found.sort(key=lambda item: item[0], reverse=True)
+            return [entry for _row_id, entry in found[:limit]]
 
         return self._read(answer, [])
+
+    def ids_from(self, prefix: str, limit: int) -> builtins.list[str]:
+        """Up to ``limit`` distinct ids starting with ``prefix``, in code point order."""
+
+        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[str]:
+            found = {entry.memory_id for _i, _o, _l, entry in self._odd_rows(conn, fd)}
+            if _encodable(prefix):
+                rows = conn.execute(
+                    "SELECT DISTINCT mid FROM doc WHERE mid >= ? ORDER BY mid LIMIT ?", (prefix, limit)
+                ).fetchall()
+                found.update(mid for (mid,) in rows)
+            return sorted(mid for mid in found if mid.startswith(prefix))[:limit]
+
+        return self._read(answer, [])
+
+    def id_neighbours(self, memory_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
+        """For each id, the nearest different ids before and after it in code point order."""
+
+        def answer(
+            conn: sqlite3.Connection, fd: int, _state: SourceState
+        ) -> dict[str, tuple[str | None, str | None]]:
+            odd = sorted({entry.memory_id for _i, _o, _l, entry in self._odd_rows(conn, fd)})
+            result: dict[str, tuple[str | None, str | None]] = {}
+            for mid in memory_ids:
+                before = [other for other in odd if other < mid]
+                after = [other for other in odd if other > mid]
+                if _encodable(mid):
+                    below = conn.execute("SELECT max(mid) FROM doc WHERE mid < ?", (mid,)).fetchone()[0]
+                    above = conn.execute("SELECT min(mid) FROM doc WHERE mid > ?", (mid,)).fetchone()[0]
+                    before += [below] if below is not None else []
+                    after += [above] if above is not None else []
+                result[mid] = (max(before, default=None), min(after, default=None))
+            return result
+
+        return self._read(answer, {})
 
     def show(self, memory_id: str) -> builtins.list[MemoryEntry]:
         """``[entry]`` for the first entry in file order with this id, ``[]`` when none."""
@@ -492,7 +575,7 @@ class CatalogIndex(IndexedSource):
                 tags = _indexed_tags(conn)
                 expected = iter(scanned.entries)
                 for row_id, *row in conn.execute(
-                    "SELECT doc.id, pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.odd"
+                    "SELECT doc.id, pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.br, doc.run, doc.odd"
                     " FROM doc JOIN pos ON pos.id = doc.id ORDER BY doc.id"
                 ):
                     indexed += 1

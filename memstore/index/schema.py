@@ -39,6 +39,8 @@ doc = Table(
     Column("created_at", Text),
     Column("bonus", Integer, nullable=False),
     Column("odd", Integer, nullable=False, server_default=text("0")),
+    Column("br", Text),
+    Column("run", Text),
     Index("doc_mid", "mid"),
 )
 
@@ -103,4 +105,4 @@ origin = Table(
 
 # Created by the migrations as raw DDL (SQLAlchemy cannot express them); listed here so
 # tests can compare a migrated database with this declaration.
-RAW_OBJECTS = ("doc_walk", "doc_odd", "doc_fts", "card_odd")
+RAW_OBJECTS = ("doc_walk", "doc_odd", "doc_fts", "card_odd", "doc_branch", "doc_run")

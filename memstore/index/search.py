@@ -31,11 +31,15 @@ import json
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from memstore.index.db import IndexBusyError
 from memstore.models import AUTO_CURATED_BONUS, CONTENT_POINTS, RUN_SUMMARY_BONUS, TAG_POINTS, Descending
+
+if TYPE_CHECKING:
+    from memstore.index.restrict import Restriction
 
 BONUS_CLASSES = (AUTO_CURATED_BONUS + RUN_SUMMARY_BONUS, AUTO_CURATED_BONUS, RUN_SUMMARY_BONUS, 0)
 CANDIDATE_CAP = 4000
@@ -144,8 +148,17 @@ class _WalkTooLong(Exception):
 class Planner:
     """Plans and runs one search over a consistent read snapshot."""
 
-    def __init__(self, conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        tokens: Sequence[str],
+        k: int,
+        total_rows: int,
+        *,
+        restriction: Restriction | None = None,
+    ) -> None:
         self.conn = conn
+        self.restriction = restriction
         self.k = k
         self.counts = Counter(tokens)
         self.tokens = list(self.counts)
@@ -162,6 +175,11 @@ class Planner:
         self.match_sql = balanced(
             [f"(instr(d.c, :p{i}) > 0 OR instr(d.t, :p{i}) > 0)" for i in range(len(self.tokens))], "AND"
         )
+        if restriction is not None:
+            # A filter is one more term of the match: every piece below stays exact with it.
+            # The filter goes first: it reads short columns, so rows it rejects skip the content.
+            self.match_sql = f"{restriction.sql} AND {self.match_sql}"
+            self.params.update(restriction.params)
         self.score_sql = balanced(
             [
                 f"({CONTENT_POINTS * m} * (instr(d.c, :p{i}) > 0) + {TAG_POINTS * m} * (instr(d.t, :p{i}) > 0))"
@@ -176,6 +194,8 @@ class Planner:
 
     def run(self) -> list[Hit]:
         top = TopK(self.k)
+        if self.restriction is not None and self.restriction.impossible:
+            return []
         phrases = [fts_phrase(token) for token in self.tokens]
         long_phrases = [p for p in phrases if p is not None]
         if long_phrases:
@@ -183,6 +203,12 @@ class Planner:
             candidates = self._few_fts(self.long_query)
             if candidates is not None:
                 self._score_ids(candidates, top)
+                return top.result()
+        if self.restriction is not None:
+            narrow = self.restriction.narrowest(self.conn, self.cap)
+            if narrow is not None:
+                # Few rows pass the filter: score all of them, starting from the filter's index.
+                self._score_where(narrow, top)
                 return top.result()
         if self.k * ONE_PASS_SHARE >= self.total_rows:
             return self._ordered(self._score_all_cursor())
@@ -263,6 +289,13 @@ class Planner:
         )
         return self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k})
 
+    def _score_where(self, narrow: str, top: TopK) -> None:
+        sql = (
+            f"{self.select} FROM doc d WHERE {narrow} AND {self.match_sql}"
+            " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
+        )
+        self._offer_rows(self.conn.execute(sql, {**self.params, "k": self.k}), top)
+
     def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
         """Walk one bonus class newest first; stop once no later row can enter the top k.
 
@@ -295,6 +328,12 @@ class Planner:
         if self.long_query is not None and self._count_fts(self.long_query, FALLBACK_CAP) < FALLBACK_CAP:
             self._score_fts(self.long_query, top)
             return True
+        if self.restriction is not None:
+            narrow = self.restriction.narrowest(self.conn, FALLBACK_CAP)
+            if narrow is not None:
+                # Fewer filtered rows than a long walk would read: score them all at once.
+                self._score_where(narrow, top)
+                return True
         if reached:
             walk += " AND d.created_at <= :rc AND (d.created_at < :rc OR d.id > :ri)"
             params.update(rc=reached[0][0], ri=reached[0][1])
@@ -344,16 +383,32 @@ class QueryTooLargeError(IndexBusyError):
     """More distinct tokens than one SQL statement can bind; the caller scans instead."""
 
 
-PlannerFactory = Callable[[sqlite3.Connection, Sequence[str], int, int], Planner]
-"""Makes the planner of one search: :class:`Planner`, or a traced one (memstore.index.trace)."""
+class PlannerFactory(Protocol):
+    """Makes the planner of one search: :class:`Planner`, or a traced one (memstore.index.trace)."""
+
+    def __call__(
+        self,
+        conn: sqlite3.Connection,
+        tokens: Sequence[str],
+        k: int,
+        total_rows: int,
+        *,
+        restriction: Restriction | None = None,
+    ) -> Planner: ...
 
 
 def search_rows(
-    conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int, *, planner: PlannerFactory = Planner
+    conn: sqlite3.Connection,
+    tokens: Sequence[str],
+    k: int,
+    total_rows: int,
+    *,
+    planner: PlannerFactory = Planner,
+    restriction: Restriction | None = None,
 ) -> list[Hit]:
-    """The exact top-k hits among SQL-held rows (odd rows are the caller's)."""
+    """The exact top-k hits among SQL-held rows (odd rows are the caller's), within ``restriction``."""
     if not tokens or k == 0 or not all(sql_safe(token) for token in tokens):
         return []
     if len(set(tokens)) > MAX_SQL_TOKENS:
         raise QueryTooLargeError(f"{len(set(tokens))} distinct query tokens; answering from a scan")
-    return planner(conn, tokens, k, total_rows).run()
+    return planner(conn, tokens, k, total_rows, restriction=restriction).run()

@@ -25,8 +25,12 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from memstore.index.search import Planner, TopK, fts_phrase
+
+if TYPE_CHECKING:
+    from memstore.index.restrict import Restriction
 
 
 @dataclass(frozen=True)
@@ -100,8 +104,16 @@ class SearchTrace:
     steps: list[PlanStep] = field(default_factory=list)
     _stack: list[_Open] = field(default_factory=list)
 
-    def planner(self, conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int) -> Planner:
-        return TracedPlanner(conn, tokens, k, total_rows, trace=self)
+    def planner(
+        self,
+        conn: sqlite3.Connection,
+        tokens: Sequence[str],
+        k: int,
+        total_rows: int,
+        *,
+        restriction: Restriction | None = None,
+    ) -> Planner:
+        return TracedPlanner(conn, tokens, k, total_rows, trace=self, restriction=restriction)
 
     def add(self, step: str, detail: str, *, candidates: int | None, outcome: str, seconds: float) -> None:
         """Record a step timed by the caller."""
@@ -142,9 +154,16 @@ class TracedPlanner(Planner):
     """The planner with each step recorded in a :class:`SearchTrace`; answers are unchanged."""
 
     def __init__(
-        self, conn: sqlite3.Connection, tokens: Sequence[str], k: int, total_rows: int, *, trace: SearchTrace
+        self,
+        conn: sqlite3.Connection,
+        tokens: Sequence[str],
+        k: int,
+        total_rows: int,
+        *,
+        trace: SearchTrace,
+        restriction: Restriction | None = None,
     ) -> None:
-        super().__init__(conn, tokens, k, total_rows)
+        super().__init__(conn, tokens, k, total_rows, restriction=restriction)
         self.trace = trace
         self._phase = "expand"
         self._content_queries = {

@@ -1,0 +1,60 @@
+"""Restricting search and list to entries with given tags, branch or run.
+
+One definition (:meth:`EntryFilter.admits`) is the reference: the scan applies it
+directly and the index translates it into SQL, and the two must agree exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from memstore.errors import ArgumentTypeError, InvalidArgumentError
+from memstore.models import MemoryEntry
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFilter:
+    """Every tag must be among the entry's tags; branch and run, when given, must be equal."""
+
+    tags: tuple[str, ...] = ()
+    branch_name: str | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def of(
+        cls, *, tags: Iterable[str] = (), branch_name: str | None = None, run_id: str | None = None
+    ) -> EntryFilter:
+        """A checked filter; tags are normalised as entries' tags are (stripped, lowercased)."""
+        if isinstance(tags, (str, bytes)):
+            raise ArgumentTypeError("tags must be an iterable of str, not a single string")
+        try:
+            items = list(tags)
+        except TypeError:
+            raise ArgumentTypeError(f"tags must be an iterable of str, not {type(tags).__name__}") from None
+        wanted: set[str] = set()
+        for tag in items:
+            if not isinstance(tag, str):
+                raise ArgumentTypeError(f"tags must contain only str, got {type(tag).__name__}")
+            value = tag.strip().lower()
+            if not value:
+                raise InvalidArgumentError("a tag filter cannot be empty")
+            wanted.add(value)
+        for name, given in (("branch_name", branch_name), ("run_id", run_id)):
+            if given is not None and not isinstance(given, str):
+                raise ArgumentTypeError(f"{name} must be a str or None, not {type(given).__name__}")
+        return cls(tags=tuple(sorted(wanted)), branch_name=branch_name, run_id=run_id)
+
+    @property
+    def empty(self) -> bool:
+        return not self.tags and self.branch_name is None and self.run_id is None
+
+    def admits(self, entry: MemoryEntry) -> bool:
+        if self.branch_name is not None and entry.branch_name != self.branch_name:
+            return False
+        if self.run_id is not None and entry.run_id != self.run_id:
+            return False
+        return all(tag in entry.tags for tag in self.tags)
+
+
+NO_FILTER = EntryFilter()
