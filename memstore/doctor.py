@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memstore.errors import IndexUnavailableError
-from memstore.files import FileLock, atomic_write, iter_raw_lines, open_for_read
+from memstore.errors import IndexUnavailableError, NotRegularFileError
+from memstore.files import FileLock, atomic_write, iter_raw_lines, open_for_read, read_regular
 from memstore.json_array import encode_array, parse_array
 from memstore.jsonl import is_blank, parse_json_bytes
 from memstore.layout import (
@@ -281,13 +281,13 @@ def _skip(text: str, pos: int) -> int:
 def _check_array_file(path: Path, name: str, report: list[Finding]) -> list[Any] | None:
     """Findings for failures.json or pinned.json; returns the repaired records (None when nothing to fix)."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
+        data = read_regular(path)
+    except NotRegularFileError:
+        raise
     except OSError as exc:
         report.append(Finding("unreadable-file", name, None, str(exc.strerror or exc), fixable=False))
         return None
-    if not data.strip():
+    if data is None or not data.strip():
         return None
     records = parse_array(data)
     if records is None:
@@ -362,6 +362,15 @@ class _Target:
     check: Callable[[Path, str, list[Finding]], Any]
     encode: Callable[[Any], bytes]
 
+    def run_check(self, findings: list[Finding]) -> Any:
+        """The check's repaired content; a link or special file at the path is reported, never read."""
+        try:
+            return self.check(self.path, self.name, findings)
+        except NotRegularFileError:
+            detail = "not a regular file (a link or special file): memstore neither follows nor replaces it"
+            findings.append(Finding("not-regular-file", self.name, None, detail, fixable=False))
+            return None
+
     @property
     def name(self) -> str:
         """The file's path from the root, as findings name it."""
@@ -422,7 +431,7 @@ def diagnose(root: str | os.PathLike[str]) -> DoctorReport:
         for temp in _temp_files(target):
             detail = "temp file of an unfinished rewrite"
             report.findings.append(Finding("stale-temp", _relative(base, temp), None, detail))
-        target.check(target.path, target.name, report.findings)
+        target.run_check(report.findings)
     _index_findings(base, report.findings)
     return report
 
@@ -448,10 +457,10 @@ def repair(root: str | os.PathLike[str], *, catalog_only: bool = False) -> Docto
                 except OSError as exc:
                     log.warning("cannot remove %s: %s", temp, exc)
             found: list[Finding] = []
-            repaired = target.check(target.path, target.name, found)
+            repaired = target.run_check(found)
             if repaired is None:
                 continue
-            original = target.path.read_bytes()
+            original = read_regular(target.path) or b""
             backup = target.path.with_name(f"{target.path.name}.backup-{time.time_ns()}")
             atomic_write(backup, original)
             atomic_write(target.path, target.encode(repaired))

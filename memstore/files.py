@@ -443,3 +443,19 @@ def open_for_read(path: Path) -> int | None:
         raise
     except OSError as exc:
         raise storage_error("open", path, exc) from exc
+
+
+def read_regular(path: Path) -> bytes | None:
+    """The whole of a canonical file, read without following a link; ``None`` when it does not exist.
+
+    The one reader for files that are parsed whole (the JSON arrays): anything but a
+    regular file raises NotRegularFileError, exactly as :func:`open_for_read`.
+    """
+    fd = open_for_read(path)
+    if fd is None:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise storage_error("read", path, exc) from exc

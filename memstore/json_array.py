@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memstore.files import FileLock, atomic_write
+from memstore.errors import NotRegularFileError, StorageError
+from memstore.files import FileLock, atomic_write, read_regular
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +50,16 @@ class JsonArrayFile:
         self._prepare = prepare
 
     def read_bytes(self) -> bytes | None:
-        """The file's bytes; None when it is missing or cannot be read."""
+        """The file's bytes; None when it is missing or cannot be read.
+
+        A link or other non-regular file at the path is refused (NotRegularFileError),
+        never followed: a committed link could point anywhere, and a pipe would block.
+        """
         try:
-            return self.path.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
+            return read_regular(self.path)
+        except NotRegularFileError:
+            raise
+        except StorageError as exc:
             logger.warning("cannot read %s: %s", self.path, exc)
             return None
 

@@ -506,3 +506,64 @@ def test_doctor_merges_a_conflicted_json_array_by_id(tmp_path: Path, style: str)
     assert report.healthy, report.to_dict()
     assert [p["file_path"] for p in json.loads(pins.read_text())] == ["a.txt", "b.txt", "c.txt"]
     assert [p.read_text() for p in pins.parent.glob("pinned.json.backup-*")] == [text]
+
+
+# ----------------------------------------------------------------------------- hostile files (review)
+
+
+@pytest.mark.parametrize("name", ["failures.json", "pinned.json"])
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_json_array_file_that_is_a_link_or_a_pipe_is_never_followed(tmp_path: Path, name: str, kind: str) -> None:
+    """A committed link must not be read through (nor block a read, for a pipe): the file is refused."""
+    from memstore.doctor import diagnose, repair
+    from memstore.errors import NotRegularFileError
+    from memstore.json_array import JsonArrayFile
+
+    outside = tmp_path / "outside.json"
+    twice = {"file_path": "x.txt", "pinned_at": 1, "last_modified": 1}
+    outside.write_text(json.dumps([card("leak").to_dict(), twice, twice]))
+    root = tmp_path / "root"
+    path = root / ".teaagent" / "memory" / name
+    path.parent.mkdir(parents=True)
+    if kind == "symlink":
+        path.symlink_to(outside)
+    else:
+        os.mkfifo(path)
+    array = JsonArrayFile(path, path.parent / "x.lock")
+    with pytest.raises(NotRegularFileError):
+        array.read()
+    with pytest.raises(NotRegularFileError):
+        array.update(lambda records: (records.append(1), True))
+    found = diagnose(root).findings
+    assert [(f.kind, f.file, f.fixable) for f in found] == [("not-regular-file", f".teaagent/memory/{name}", False)]
+    report = repair(root)
+    assert report.backups == [] and report.changes == []
+    assert not list(path.parent.glob(f"{name}.backup-*"))
+    assert outside.read_text() == json.dumps([card("leak").to_dict(), twice, twice])
+
+
+def test_doctor_keeps_a_team_note_line_of_equals_signs_and_repeated_notes(tmp_path: Path) -> None:
+    """'=======' outside a conflict is Markdown (a heading underline), and a note may repeat: neither is damage."""
+    from memstore.doctor import diagnose, repair
+
+    team = tmp_path / ".teaagent" / "team-memory.md"
+    team.parent.mkdir()
+    text = "- note one\nRelease checklist\n=======\n- run tests\n- run tests\n>>>>>>> not a conflict\n"
+    team.write_text(text)
+    assert diagnose(tmp_path).findings == []
+    repair(tmp_path)
+    assert team.read_text() == text
+    assert list(team.parent.glob("team-memory.md.backup-*")) == []
+
+
+def test_doctor_fix_of_a_conflicted_team_file_keeps_the_lines_outside_the_conflict(tmp_path: Path) -> None:
+    from memstore.doctor import repair
+
+    team = tmp_path / ".teaagent" / "team-memory.md"
+    team.parent.mkdir()
+    team.write_text(
+        "- same\n- same\nTitle\n=======\n<<<<<<< HEAD\n- ours\n- both\n=======\n- both\n- theirs\n>>>>>>> b\n"
+    )
+    report = repair(tmp_path)
+    assert report.healthy, report.to_dict()
+    assert team.read_text() == "- same\n- same\nTitle\n=======\n- ours\n- both\n- theirs\n"
