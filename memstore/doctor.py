@@ -94,17 +94,26 @@ class DoctorReport:
 # ----------------------------------------------------------------------------- line files
 
 
-def _marker(data: bytes) -> str | None:
-    """Which side of a conflict a marker line opens, or None for an ordinary line."""
-    if data.startswith(b"<<<<<<<") and (len(data) == 7 or data[7:8] == b" "):
+def _marker(data: bytes, section: str) -> str | None:
+    """Which section a marker line opens, or None for an ordinary line.
+
+    A marker counts only where git would write it: ``<<<<<<<`` outside a conflict,
+    ``|||||||`` after it, ``=======`` after either, ``>>>>>>>`` after ``=======``.
+    Elsewhere such a line is text (``=======`` underlines a Markdown heading).
+    """
+    if section == "common" and _opens(data, b"<<<<<<<"):
         return "ours"
-    if data.startswith(b"|||||||") and (len(data) == 7 or data[7:8] == b" "):
+    if section == "ours" and _opens(data, b"|||||||"):
         return "base"
-    if data == SEPARATOR:
+    if section in ("ours", "base") and data == SEPARATOR:
         return "theirs"
-    if data.startswith(b">>>>>>>") and (len(data) == 7 or data[7:8] == b" "):
+    if section == "theirs" and _opens(data, b">>>>>>>"):
         return "end"
     return None
+
+
+def _opens(data: bytes, marker: bytes) -> bool:
+    return data.startswith(marker) and (len(data) == 7 or data[7:8] == b" ")
 
 
 @dataclass
@@ -124,7 +133,7 @@ def _lines(path: Path) -> Iterator[_Line]:
         section = "common"
         for number, raw in enumerate(iter_raw_lines(fd), start=1):
             data = raw.data.rstrip(b"\r") if raw.data is not None else None
-            side = _marker(data) if data is not None else None
+            side = _marker(data, section) if data is not None else None
             if side is not None:
                 section = "common" if side == "end" else side
                 yield _Line(number, raw.data, raw.terminated, section, True)
@@ -194,59 +203,59 @@ def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[by
 
 
 def _check_team_file(path: Path, name: str, report: list[Finding]) -> list[bytes] | None:
-    """Team notes are free text: only conflict markers (and the base section) are removed."""
+    """Team notes are free text: only conflict markers (and the base section) are removed.
+
+    A note both sides of one conflict added is kept once; notes that repeat elsewhere
+    are the team's own text and stay.
+    """
     kept: list[bytes] = []
     change = False
+    ours: set[bytes] = set()
     for line in _lines(path):
         if line.marker or line.section == "base":
             kind = "conflict-marker" if line.marker else "conflict-base"
             report.append(Finding(kind, name, line.number, "git conflict marker line"))
             change = True
+            if line.marker and line.section == "ours":
+                ours = set()
             continue
-        if line.data is not None:
-            kept.append(line.data)
-    if change:
-        kept = _dedupe_exact(kept)
+        if line.data is None:
+            continue
+        if line.section == "ours":
+            ours.add(line.data)
+        elif line.section == "theirs" and line.data.strip() and line.data in ours:
+            continue
+        kept.append(line.data)
     return kept if change else None
-
-
-def _dedupe_exact(lines: list[bytes]) -> list[bytes]:
-    seen: set[bytes] = set()
-    out = []
-    for line in lines:
-        if line.strip() and line in seen:
-            continue
-        seen.add(line)
-        out.append(line)
-    return out
 
 
 # ----------------------------------------------------------------------------- JSON arrays
 
 
-def _conflict_sides(data: bytes) -> tuple[bytes | None, bytes, bytes] | None:
-    """(base, ours, theirs) texts of a file holding git conflict markers; None when it has none.
+def _conflict_sides(data: bytes) -> tuple[bytes | None, bytes, bytes, list[int]] | None:
+    """(base, ours, theirs) texts of a file holding git conflict markers, and the markers' line numbers.
 
-    The base is None unless the conflict carries its own base section (diff3 style):
+    None when it has none.  The base is None unless the conflict carries its own base section (diff3 style):
     the common lines alone are not the merge base.
     """
     sides: dict[str, list[bytes]] = {"base": [], "ours": [], "theirs": []}
     section = "common"
-    found = has_base = False
-    for raw in data.split(b"\n"):
-        side = _marker(raw.rstrip(b"\r"))
+    markers: list[int] = []
+    has_base = False
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        side = _marker(raw.rstrip(b"\r"), section)
         if side is not None:
-            found = True
+            markers.append(number)
             has_base = has_base or side == "base"
             section = "common" if side == "end" else side
             continue
         targets = ("base", "ours", "theirs") if section == "common" else (section,)
         for target in targets:
             sides[target].append(raw)
-    if not found:
+    if not markers:
         return None
     base = b"\n".join(sides["base"]) if has_base else None
-    return base, b"\n".join(sides["ours"]), b"\n".join(sides["theirs"])
+    return base, b"\n".join(sides["ours"]), b"\n".join(sides["theirs"]), markers
 
 
 def salvage_array(data: bytes) -> list[Any]:
@@ -293,10 +302,9 @@ def _check_array_file(path: Path, name: str, report: list[Finding]) -> list[Any]
     if records is None:
         sides = _conflict_sides(data)
         if sides is not None:
-            for number, raw in enumerate(data.split(b"\n"), start=1):
-                if _marker(raw.rstrip(b"\r")) is not None:
-                    report.append(Finding("conflict-marker", name, number, "git conflict marker line"))
-            base_text, ours_text, theirs_text = sides
+            base_text, ours_text, theirs_text, marker_lines = sides
+            for number in marker_lines:
+                report.append(Finding("conflict-marker", name, number, "git conflict marker line"))
             ours = parse_array(ours_text) if ours_text.strip() else []
             theirs = parse_array(theirs_text) if theirs_text.strip() else []
             if ours is None or theirs is None:
