@@ -52,6 +52,11 @@ def store_dir(root: str | os.PathLike[str]) -> Path:
     return Path(root) / STORE_DIRNAME
 
 
+def memory_dir(root: str | os.PathLike[str]) -> Path:
+    """``<root>/.teaagent/memory`` (failures.json and pinned.json), created only by a write."""
+    return store_dir(root) / MEMORY_DIRNAME
+
+
 def has_store(root: str | os.PathLike[str]) -> bool:
     """Whether ``root`` holds a store folder (a read on a root without one answers empty)."""
     return store_dir(root).is_dir()

@@ -309,6 +309,20 @@ def test_every_read_on_an_empty_tree_changes_nothing(repo: Path, tmp_path: Path,
     assert listing(tmp_path) == before
 
 
+def test_reads_on_a_store_without_its_memory_folder_create_nothing_but_the_index(repo: Path) -> None:
+    """A store holding only memory.jsonl (a fresh clone, say): failure and pin reads answer empty, add no folder."""
+    ok(memstore(repo, "add", "one note"))
+    assert not (repo / ".teaagent" / "memory").exists()
+
+    def outside_index() -> dict[str, Any]:
+        return {k: v for k, v in listing(repo).items() if not k.startswith(".teaagent/index")}
+
+    before = outside_index()
+    for args in READS:
+        ok(memstore(repo, *args))
+    assert outside_index() == before
+
+
 def test_watch_on_an_empty_tree_creates_nothing(repo: Path, tmp_path: Path) -> None:
     before = listing(tmp_path)
     process = subprocess.Popen(
