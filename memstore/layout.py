@@ -12,7 +12,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from memstore.files import DEFAULT_FILE_MODE, atomic_write, ensure_dir, fsync_dir, storage_error
+from memstore.files import DEFAULT_FILE_MODE, atomic_write, ensure_dir, fsync_dir, read_regular, storage_error
 
 STORE_DIRNAME = ".teaagent"
 CATALOG_FILE = "memory.jsonl"
@@ -119,12 +119,13 @@ def write_git_files(directory: Path, *, overwrite: bool = False) -> list[Path]:
 
 def merge_git_file(path: Path, wanted: str) -> str | None:
     """The file's text with the missing lines of ``wanted`` appended; None when nothing is missing."""
-    try:
-        current = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    data = read_regular(path)  # never through a link, never blocking on a pipe
+    if data is None:
         return wanted
-    except (OSError, UnicodeDecodeError) as exc:
-        raise storage_error("read", path, exc if isinstance(exc, OSError) else OSError(str(exc))) from None
+    try:
+        current = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise storage_error("read", path, OSError(str(exc))) from None
     have = {line.strip() for line in current.splitlines()}
     missing = [line for line in wanted.splitlines() if line.strip() and line.strip() not in have]
     if not missing:

@@ -581,3 +581,13 @@ def test_doctor_fix_of_a_conflicted_team_file_keeps_the_lines_outside_the_confli
     report = repair(tmp_path)
     assert report.healthy, report.to_dict()
     assert team.read_text() == "- same\n- same\nTitle\n=======\n- ours\n- both\n- theirs\n"
+
+
+@pytest.mark.parametrize("name", [".gitattributes", ".gitignore"])
+def test_init_refuses_a_git_file_that_is_a_pipe_instead_of_blocking_on_it(tmp_path: Path, name: str) -> None:
+    store = tmp_path / ".teaagent"
+    store.mkdir()
+    os.mkfifo(store / name)
+    result = memstore(tmp_path, "init")
+    assert result.returncode == 1 and "not a regular file" in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
