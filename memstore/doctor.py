@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 MARKERS = (b"<<<<<<< ", b"||||||| ", b">>>>>>> ")
 SEPARATOR = b"======="
+INDEX_NAME = f"{STORE_DIRNAME}/index"
 
 
 @dataclass
@@ -420,7 +421,7 @@ def _index_findings(root: Path, report: list[Finding]) -> None:
     if not catalog.path.exists() or not (store_dir(root) / "index").is_dir():
         return
     state = catalog.health_report()["index"]
-    name = ".teaagent/index"
+    name = INDEX_NAME
     if state.get("state") == "unavailable":
         report.append(Finding("damaged-index", name, None, str(state.get("error") or "cannot be opened")))
     elif state.get("state") in ("behind", "not indexed"):
@@ -476,7 +477,12 @@ def repair(root: str | os.PathLike[str], *, catalog_only: bool = False) -> Docto
             kinds = sorted({finding.kind for finding in found if finding.fixable})
             report.changes.append(f"rewrote {target.name} ({', '.join(kinds)}); original kept in {backup.name}")
     _repair_index(base, report)
-    report.findings = diagnose(base).findings
+    findings = diagnose(base).findings
+    if catalog_only:
+        # maintain answers for the catalog (and its index); other files are doctor's to report.
+        names = {target.name for target in targets}
+        findings = [finding for finding in findings if finding.file in names or finding.file == INDEX_NAME]
+    report.findings = findings
     return report
 
 

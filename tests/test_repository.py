@@ -493,6 +493,22 @@ def test_maintain_apply_does_what_maintain_reports(tmp_path: Path) -> None:
     assert json.loads(ok(memstore(tmp_path, "maintain", "--json")))["would_change"] is False
 
 
+def test_maintain_apply_answers_for_the_catalog_only(tmp_path: Path) -> None:
+    """maintain --apply repairs memory.jsonl; a problem in another file is doctor's, not a failed apply."""
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add("one")
+    catalog.path.write_bytes(catalog.path.read_bytes() + b"\n")
+    pins = tmp_path / ".teaagent" / "memory" / "pinned.json"
+    pins.parent.mkdir()
+    twice = {"file_path": "x", "pinned_at": 1, "last_modified": 1}
+    pins.write_text(json.dumps([twice, twice]))
+    result = memstore(tmp_path, "maintain", "--apply")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pinned.json" not in result.stdout and "could not be fixed" not in result.stderr
+    assert json.loads(pins.read_text()) == [twice, twice]  # left to doctor
+    assert "pinned.json" in ok(memstore(tmp_path, "doctor", "--fix"))
+
+
 def test_ensure_store_adds_no_git_files_to_the_personal_folder(tmp_path: Path) -> None:
     personal = tmp_path / ".config" / "teaagent"
     ensure_store(personal, private=True)
