@@ -260,9 +260,18 @@ def _conflict_sides(data: bytes) -> tuple[bytes | None, bytes, bytes, list[int]]
 
 
 def salvage_array(data: bytes) -> list[Any]:
-    """The complete elements at the start of a damaged JSON array (a truncated file, say)."""
-    text = data.decode("utf-8-sig", errors="replace")
-    decoder = json.JSONDecoder()
+    """The complete elements at the start of a damaged JSON array (a truncated file, say).
+
+    Salvage stops at the first byte that is not UTF-8 rather than keep a record with
+    a substituted character; a raw control character inside a string is accepted (its
+    value survives, escaped, in the rewrite).
+    """
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = data[: exc.start].decode("utf-8")
+    decoder = json.JSONDecoder(strict=False)
     pos = _skip(text, 0)
     if not text.startswith("[", pos):
         return []

@@ -607,3 +607,31 @@ def test_init_refuses_a_git_file_that_is_a_pipe_instead_of_blocking_on_it(tmp_pa
     result = memstore(tmp_path, "init")
     assert result.returncode == 1 and "not a regular file" in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_doctor_salvage_never_rewrites_a_record_with_altered_text(tmp_path: Path) -> None:
+    """Invalid UTF-8 ends the salvage (no U+FFFD substituted into a kept record); a raw control
+    character inside a string is the same value once escaped, so that record is kept."""
+    from memstore.doctor import repair
+
+    pins = tmp_path / ".teaagent" / "memory" / "pinned.json"
+    pins.parent.mkdir(parents=True)
+
+    def pin(path: str) -> bytes:
+        return json.dumps({"file_path": path, "pinned_at": 1, "last_modified": 1}).encode()
+
+    damaged = b"[" + pin("a.txt") + b", " + pin("b\tc.txt").replace(b"\\t", b"\t") + b", "
+    damaged += pin("X").replace(b"X", b"\xff") + b", " + pin("d.txt") + b"]"
+    pins.write_bytes(damaged)
+    report = repair(tmp_path)
+    assert report.healthy, report.to_dict()
+    assert [p["file_path"] for p in json.loads(pins.read_bytes())] == ["a.txt", "b\tc.txt"]
+    assert [p.read_bytes() for p in pins.parent.glob("pinned.json.backup-*")] == [damaged]
+
+    other = tmp_path / "other"
+    pins = other / ".teaagent" / "memory" / "pinned.json"
+    pins.parent.mkdir(parents=True)
+    for bom in (b"", b"\xef\xbb\xbf"):
+        pins.write_bytes(bom + b"[" + pin("a.txt") + b", " + pin("X").replace(b"X", b"\xff") + b"]")
+        repair(other)
+        assert [p["file_path"] for p in json.loads(pins.read_bytes())] == ["a.txt"]
