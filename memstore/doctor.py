@@ -11,6 +11,7 @@ duplicates kept once), and a conflicted JSON array is merged by id as
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -144,8 +145,34 @@ def _lines(path: Path) -> Iterator[_Line]:
         os.close(fd)
 
 
-def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[bytes] | None:
-    """Findings for a JSONL catalog file; returns the repaired content's lines (None when nothing to fix)."""
+def _entry_ids(path: Path) -> set[str]:
+    """The ids of the valid entries of a JSONL catalog file (none for a missing or non-regular one)."""
+    ids: set[str] = set()
+    try:
+        for line in _lines(path):
+            if line.marker or line.data is None or is_blank(line.data):
+                continue
+            try:
+                entry = memory_entry_from_payload(parse_json_bytes(line.data))
+            except ValueError:
+                continue
+            if entry is not None:
+                ids.add(entry.memory_id)
+    except NotRegularFileError:
+        return set()
+    return ids
+
+
+def _check_catalog_file(
+    path: Path, name: str, report: list[Finding], *, quarantine: Path | None = None
+) -> list[bytes] | None:
+    """Findings for a JSONL catalog file; returns the repaired content's lines (None when nothing to fix).
+
+    With ``quarantine`` (memory.jsonl), an entry whose id is also quarantined is one a
+    union merge brought back next to the other side's append: the quarantine holds it,
+    so it leaves memory.jsonl.
+    """
+    quarantined = _entry_ids(quarantine) if quarantine is not None else set()
     kept: list[bytes] = []
     first_line: dict[str, tuple[int, Any]] = {}
     change = False
@@ -177,6 +204,11 @@ def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[by
             kind = "torn-tail" if not line.terminated else "corrupt-line"
             detail = "last line cut short (no newline)" if kind == "torn-tail" else "not a valid entry"
             report.append(Finding(kind, name, line.number, detail))
+            change = True
+            continue
+        if entry.memory_id in quarantined:
+            detail = f"id {entry.memory_id} is also quarantined (a merge brought it back)"
+            report.append(Finding("quarantined-entry", name, line.number, detail))
             change = True
             continue
         seen = first_line.get(entry.memory_id)
@@ -406,7 +438,12 @@ def _targets(root: Path) -> list[_Target]:
     memory = store / MEMORY_DIRNAME
     memory_lock = store / "memory.lock"
     return [
-        _Target(store / CATALOG_FILE, memory_lock, _check_catalog_file, _lines_bytes),
+        _Target(
+            store / CATALOG_FILE,
+            memory_lock,
+            functools.partial(_check_catalog_file, quarantine=store / QUARANTINE_FILE),
+            _lines_bytes,
+        ),
         _Target(store / QUARANTINE_FILE, memory_lock, _check_catalog_file, _lines_bytes),
         _Target(store / TEAM_FILE, store / "team-memory.lock", _check_team_file, _lines_bytes),
         _Target(memory / FAILURES_FILE, memory / "failures.lock", _check_array_file, encode_array),

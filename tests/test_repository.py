@@ -227,6 +227,31 @@ def test_conflicted_merge_without_attributes_is_repaired_by_doctor(repo: Path) -
     assert ok(memstore(repo, "doctor")).strip() == "healthy"
 
 
+def test_an_entry_a_merge_brings_back_from_quarantine_is_found_and_removed_by_doctor(repo: Path) -> None:
+    """merge=union cannot express a removal next to the other side's append: doctor must catch it."""
+    MemoryCatalog(repo).add("kept note")
+    bad = MemoryCatalog(repo).add("branch note", branch_name="feat")
+    commit_all(repo, "store")
+    git(repo, "checkout", "-q", "-b", "cleanup")
+    assert MemoryCatalog(repo).quarantine_by_branch("feat", "bad branch") == 1
+    commit_all(repo, "quarantine")
+    git(repo, "checkout", "-q", "main")
+    MemoryCatalog(repo).add("new note on main")
+    commit_all(repo, "more")
+    git(repo, "merge", "-q", "--no-edit", "cleanup")
+    catalog = MemoryCatalog(repo)
+    quarantined = [json.loads(line)["memory_id"] for line in catalog.quarantine_path.read_text().splitlines()]
+    assert quarantined == [bad.memory_id]
+    assert bad.memory_id in [e.memory_id for e in catalog.list(limit=100)]  # what the union merge did
+    found = memstore(repo, "doctor")
+    assert found.returncode == 1 and "quarantined-entry" in found.stdout
+    ok(memstore(repo, "doctor", "--fix"))
+    catalog = MemoryCatalog(repo)
+    assert sorted(e.content for e in catalog.list(limit=100)) == ["kept note", "new note on main"]
+    assert [e.memory_id for e in catalog.list_quarantined()] == [bad.memory_id]
+    assert catalog.check_index()["equal"]
+
+
 # ----------------------------------------------------------------------------- discovery
 
 
