@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memstore.errors import NotRegularFileError, StorageError
+from memstore.errors import StorageError
 from memstore.files import FileLock, atomic_write, read_regular
 
 logger = logging.getLogger(__name__)
@@ -50,15 +50,14 @@ class JsonArrayFile:
         self._prepare = prepare
 
     def read_bytes(self) -> bytes | None:
-        """The file's bytes; None when it is missing or cannot be read.
+        """The file's bytes; None when it is missing or cannot be read (warned).
 
-        A link or other non-regular file at the path is refused (NotRegularFileError),
-        never followed: a committed link could point anywhere, and a pipe would block.
+        A link or other non-regular file at the path is never read through (a committed
+        link could point anywhere, a pipe would block): it reads as no records, and a
+        write refuses to replace it (NotRegularFileError from the atomic rewrite).
         """
         try:
             return read_regular(self.path)
-        except NotRegularFileError:
-            raise
         except StorageError as exc:
             logger.warning("cannot read %s: %s", self.path, exc)
             return None
