@@ -379,10 +379,14 @@ def _outcome(env: Env, payload: Mapping[str, Any], done: bool, done_message: str
 
 
 def _failure_cards(env: Env, *, for_reading: bool = False) -> Any:
-    """The failure cards; None for a read on a root without a store (the answer is empty)."""
-    from memstore.failure_cards import FailureCardStorage
+    """The failure cards; None for a read where no card folder exists (the answer is empty).
 
-    if for_reading and not _has_store(env):
+    Opening the storage creates ``.teaagent/memory/``, which a read must not do.
+    """
+    from memstore.failure_cards import FailureCardStorage
+    from memstore.layout import memory_dir
+
+    if for_reading and not memory_dir(env.root).is_dir():
         return None
     return FailureCardStorage(env.root)
 

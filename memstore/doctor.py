@@ -11,16 +11,18 @@ duplicates kept once), and a conflicted JSON array is merged by id as
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memstore.errors import IndexUnavailableError
+from memstore.errors import IndexUnavailableError, NotRegularFileError
 from memstore.files import MAX_JSON_FILE_BYTES, FileLock, atomic_write, iter_raw_lines, open_for_read, read_regular_file
 from memstore.json_array import encode_array, parse_array
 from memstore.jsonl import is_blank, parse_json_bytes
@@ -42,6 +44,7 @@ log = logging.getLogger(__name__)
 
 MARKERS = (b"<<<<<<< ", b"||||||| ", b">>>>>>> ")
 SEPARATOR = b"======="
+INDEX_NAME = f"{STORE_DIRNAME}/index"
 
 
 @dataclass
@@ -94,17 +97,26 @@ class DoctorReport:
 # ----------------------------------------------------------------------------- line files
 
 
-def _marker(data: bytes) -> str | None:
-    """Which side of a conflict a marker line opens, or None for an ordinary line."""
-    if data.startswith(b"<<<<<<<") and (len(data) == 7 or data[7:8] == b" "):
+def _marker(data: bytes, section: str) -> str | None:
+    """Which section a marker line opens, or None for an ordinary line.
+
+    A marker counts only where git would write it: ``<<<<<<<`` outside a conflict,
+    ``|||||||`` after it, ``=======`` after either, ``>>>>>>>`` after ``=======``.
+    Elsewhere such a line is text (``=======`` underlines a Markdown heading).
+    """
+    if section == "common" and _opens(data, b"<<<<<<<"):
         return "ours"
-    if data.startswith(b"|||||||") and (len(data) == 7 or data[7:8] == b" "):
+    if section == "ours" and _opens(data, b"|||||||"):
         return "base"
-    if data == SEPARATOR:
+    if section in ("ours", "base") and data == SEPARATOR:
         return "theirs"
-    if data.startswith(b">>>>>>>") and (len(data) == 7 or data[7:8] == b" "):
+    if section == "theirs" and _opens(data, b">>>>>>>"):
         return "end"
     return None
+
+
+def _opens(data: bytes, marker: bytes) -> bool:
+    return data.startswith(marker) and (len(data) == 7 or data[7:8] == b" ")
 
 
 @dataclass
@@ -124,7 +136,7 @@ def _lines(path: Path) -> Iterator[_Line]:
         section = "common"
         for number, raw in enumerate(iter_raw_lines(fd), start=1):
             data = raw.data.rstrip(b"\r") if raw.data is not None else None
-            side = _marker(data) if data is not None else None
+            side = _marker(data, section) if data is not None else None
             if side is not None:
                 section = "common" if side == "end" else side
                 yield _Line(number, raw.data, raw.terminated, section, True)
@@ -134,8 +146,34 @@ def _lines(path: Path) -> Iterator[_Line]:
         os.close(fd)
 
 
-def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[bytes] | None:
-    """Findings for a JSONL catalog file; returns the repaired content's lines (None when nothing to fix)."""
+def _entry_ids(path: Path) -> set[str]:
+    """The ids of the valid entries of a JSONL catalog file (none for a missing or non-regular one)."""
+    ids: set[str] = set()
+    try:
+        for line in _lines(path):
+            if line.marker or line.data is None or is_blank(line.data):
+                continue
+            try:
+                entry = memory_entry_from_payload(parse_json_bytes(line.data))
+            except ValueError:
+                continue
+            if entry is not None:
+                ids.add(entry.memory_id)
+    except NotRegularFileError:
+        return set()
+    return ids
+
+
+def _check_catalog_file(
+    path: Path, name: str, report: list[Finding], *, quarantine: Path | None = None
+) -> list[bytes] | None:
+    """Findings for a JSONL catalog file; returns the repaired content's lines (None when nothing to fix).
+
+    With ``quarantine`` (memory.jsonl), an entry whose id is also quarantined is one a
+    union merge brought back next to the other side's append: the quarantine holds it,
+    so it leaves memory.jsonl.
+    """
+    quarantined = _entry_ids(quarantine) if quarantine is not None else set()
     kept: list[bytes] = []
     first_line: dict[str, tuple[int, Any]] = {}
     change = False
@@ -169,6 +207,11 @@ def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[by
             report.append(Finding(kind, name, line.number, detail))
             change = True
             continue
+        if entry.memory_id in quarantined:
+            detail = f"id {entry.memory_id} is also quarantined (a merge brought it back)"
+            report.append(Finding("quarantined-entry", name, line.number, detail))
+            change = True
+            continue
         seen = first_line.get(entry.memory_id)
         if seen is not None:
             same = seen[1] == payload  # the whole record, quarantine provenance included
@@ -194,65 +237,74 @@ def _check_catalog_file(path: Path, name: str, report: list[Finding]) -> list[by
 
 
 def _check_team_file(path: Path, name: str, report: list[Finding]) -> list[bytes] | None:
-    """Team notes are free text: only conflict markers (and the base section) are removed."""
+    """Team notes are free text: only conflict markers (and the base section) are removed.
+
+    A note both sides of one conflict added is kept once; notes that repeat elsewhere
+    are the team's own text and stay.
+    """
     kept: list[bytes] = []
     change = False
+    ours: set[bytes] = set()
     for line in _lines(path):
         if line.marker or line.section == "base":
             kind = "conflict-marker" if line.marker else "conflict-base"
             report.append(Finding(kind, name, line.number, "git conflict marker line"))
             change = True
+            if line.marker and line.section == "ours":
+                ours = set()
             continue
-        if line.data is not None:
-            kept.append(line.data)
-    if change:
-        kept = _dedupe_exact(kept)
+        if line.data is None:
+            continue
+        if line.section == "ours":
+            ours.add(line.data)
+        elif line.section == "theirs" and line.data.strip() and line.data in ours:
+            continue
+        kept.append(line.data)
     return kept if change else None
-
-
-def _dedupe_exact(lines: list[bytes]) -> list[bytes]:
-    seen: set[bytes] = set()
-    out = []
-    for line in lines:
-        if line.strip() and line in seen:
-            continue
-        seen.add(line)
-        out.append(line)
-    return out
 
 
 # ----------------------------------------------------------------------------- JSON arrays
 
 
-def _conflict_sides(data: bytes) -> tuple[bytes | None, bytes, bytes] | None:
-    """(base, ours, theirs) texts of a file holding git conflict markers; None when it has none.
+def _conflict_sides(data: bytes) -> tuple[bytes | None, bytes, bytes, list[int]] | None:
+    """(base, ours, theirs) texts of a file holding git conflict markers, and the markers' line numbers.
 
-    The base is None unless the conflict carries its own base section (diff3 style):
+    None when it has none.  The base is None unless the conflict carries its own base section (diff3 style):
     the common lines alone are not the merge base.
     """
     sides: dict[str, list[bytes]] = {"base": [], "ours": [], "theirs": []}
     section = "common"
-    found = has_base = False
-    for raw in data.split(b"\n"):
-        side = _marker(raw.rstrip(b"\r"))
+    markers: list[int] = []
+    has_base = False
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        side = _marker(raw.rstrip(b"\r"), section)
         if side is not None:
-            found = True
+            markers.append(number)
             has_base = has_base or side == "base"
             section = "common" if side == "end" else side
             continue
         targets = ("base", "ours", "theirs") if section == "common" else (section,)
         for target in targets:
             sides[target].append(raw)
-    if not found:
+    if not markers:
         return None
     base = b"\n".join(sides["base"]) if has_base else None
-    return base, b"\n".join(sides["ours"]), b"\n".join(sides["theirs"])
+    return base, b"\n".join(sides["ours"]), b"\n".join(sides["theirs"]), markers
 
 
 def salvage_array(data: bytes) -> list[Any]:
-    """The complete elements at the start of a damaged JSON array (a truncated file, say)."""
-    text = data.decode("utf-8-sig", errors="replace")
-    decoder = json.JSONDecoder()
+    """The complete elements at the start of a damaged JSON array (a truncated file, say).
+
+    Salvage stops at the first byte that is not UTF-8 rather than keep a record with
+    a substituted character; a raw control character inside a string is accepted (its
+    value survives, escaped, in the rewrite).
+    """
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = data[: exc.start].decode("utf-8")
+    decoder = json.JSONDecoder(strict=False)
     pos = _skip(text, 0)
     if not text.startswith("[", pos):
         return []
@@ -284,19 +336,20 @@ def _check_array_file(path: Path, name: str, report: list[Finding]) -> list[Any]
         data = read_regular_file(path, max_bytes=MAX_JSON_FILE_BYTES)  # never through a link, never blocking
     except FileNotFoundError:
         return None
+    except NotRegularFileError:
+        raise
     except OSError as exc:
         report.append(Finding("unreadable-file", name, None, str(exc.strerror or exc), fixable=False))
         return None
-    if not data.strip():
+    if data is None or not data.strip():
         return None
     records = parse_array(data)
     if records is None:
         sides = _conflict_sides(data)
         if sides is not None:
-            for number, raw in enumerate(data.split(b"\n"), start=1):
-                if _marker(raw.rstrip(b"\r")) is not None:
-                    report.append(Finding("conflict-marker", name, number, "git conflict marker line"))
-            base_text, ours_text, theirs_text = sides
+            base_text, ours_text, theirs_text, marker_lines = sides
+            for number in marker_lines:
+                report.append(Finding("conflict-marker", name, number, "git conflict marker line"))
             ours = parse_array(ours_text) if ours_text.strip() else []
             theirs = parse_array(theirs_text) if theirs_text.strip() else []
             if ours is None or theirs is None:
@@ -362,6 +415,15 @@ class _Target:
     check: Callable[[Path, str, list[Finding]], Any]
     encode: Callable[[Any], bytes]
 
+    def run_check(self, findings: list[Finding]) -> Any:
+        """The check's repaired content; a link or special file at the path is reported, never read."""
+        try:
+            return self.check(self.path, self.name, findings)
+        except NotRegularFileError:
+            detail = "not a regular file (a link or special file): memstore neither follows nor replaces it"
+            findings.append(Finding("not-regular-file", self.name, None, detail, fixable=False))
+            return None
+
     @property
     def name(self) -> str:
         """The file's path from the root, as findings name it."""
@@ -379,7 +441,12 @@ def _targets(root: Path) -> list[_Target]:
     memory = store / MEMORY_DIRNAME
     memory_lock = store / "memory.lock"
     return [
-        _Target(store / CATALOG_FILE, memory_lock, _check_catalog_file, _lines_bytes),
+        _Target(
+            store / CATALOG_FILE,
+            memory_lock,
+            functools.partial(_check_catalog_file, quarantine=store / QUARANTINE_FILE),
+            _lines_bytes,
+        ),
         _Target(store / QUARANTINE_FILE, memory_lock, _check_catalog_file, _lines_bytes),
         _Target(store / TEAM_FILE, store / "team-memory.lock", _check_team_file, _lines_bytes),
         _Target(memory / FAILURES_FILE, memory / "failures.lock", _check_array_file, encode_array),
@@ -403,7 +470,7 @@ def _index_findings(root: Path, report: list[Finding]) -> None:
     if not catalog.path.exists() or not (store_dir(root) / "index").is_dir():
         return
     state = catalog.health_report()["index"]
-    name = ".teaagent/index"
+    name = INDEX_NAME
     if state.get("state") == "unavailable":
         report.append(Finding("damaged-index", name, None, str(state.get("error") or "cannot be opened")))
     elif state.get("state") in ("behind", "not indexed"):
@@ -422,7 +489,7 @@ def diagnose(root: str | os.PathLike[str]) -> DoctorReport:
         for temp in _temp_files(target):
             detail = "temp file of an unfinished rewrite"
             report.findings.append(Finding("stale-temp", _relative(base, temp), None, detail))
-        target.check(target.path, target.name, report.findings)
+        target.run_check(report.findings)
     _index_findings(base, report.findings)
     return report
 
@@ -448,10 +515,13 @@ def repair(root: str | os.PathLike[str], *, catalog_only: bool = False) -> Docto
                 except OSError as exc:
                     log.warning("cannot remove %s: %s", temp, exc)
             found: list[Finding] = []
-            repaired = target.check(target.path, target.name, found)
+            repaired = target.run_check(found)
             if repaired is None:
                 continue
-            original = target.path.read_bytes()
+            try:
+                original = read_regular_file(target.path, max_bytes=sys.maxsize)  # the backup holds every byte
+            except FileNotFoundError:
+                original = b""
             backup = target.path.with_name(f"{target.path.name}.backup-{time.time_ns()}")
             atomic_write(backup, original)
             atomic_write(target.path, target.encode(repaired))
@@ -459,7 +529,12 @@ def repair(root: str | os.PathLike[str], *, catalog_only: bool = False) -> Docto
             kinds = sorted({finding.kind for finding in found if finding.fixable})
             report.changes.append(f"rewrote {target.name} ({', '.join(kinds)}); original kept in {backup.name}")
     _repair_index(base, report)
-    report.findings = diagnose(base).findings
+    findings = diagnose(base).findings
+    if catalog_only:
+        # maintain answers for the catalog (and its index); other files are doctor's to report.
+        names = {target.name for target in targets}
+        findings = [finding for finding in findings if finding.file in names or finding.file == INDEX_NAME]
+    report.findings = findings
     return report
 
 

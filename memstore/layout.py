@@ -12,7 +12,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from memstore.files import DEFAULT_FILE_MODE, atomic_write, ensure_dir, fsync_dir, storage_error
+from memstore.files import DEFAULT_FILE_MODE, atomic_write, ensure_dir, fsync_dir, read_regular_file, storage_error
 
 STORE_DIRNAME = ".teaagent"
 CATALOG_FILE = "memory.jsonl"
@@ -45,11 +45,18 @@ GITIGNORE = (
     "*.backup-*\n"
 )
 GIT_FILES = {".gitattributes": GITATTRIBUTES, ".gitignore": GITIGNORE}
+GIT_FILE_MAX_BYTES = 1024 * 1024
+"""A .gitattributes or .gitignore larger than this is not a file memstore merges its lines into."""
 
 
 def store_dir(root: str | os.PathLike[str]) -> Path:
     """``<root>/.teaagent``."""
     return Path(root) / STORE_DIRNAME
+
+
+def memory_dir(root: str | os.PathLike[str]) -> Path:
+    """``<root>/.teaagent/memory`` (failures.json and pinned.json), created only by a write."""
+    return store_dir(root) / MEMORY_DIRNAME
 
 
 def has_store(root: str | os.PathLike[str]) -> bool:
@@ -115,11 +122,13 @@ def write_git_files(directory: Path, *, overwrite: bool = False) -> list[Path]:
 def merge_git_file(path: Path, wanted: str) -> str | None:
     """The file's text with the missing lines of ``wanted`` appended; None when nothing is missing."""
     try:
-        current = path.read_text(encoding="utf-8")
+        data = read_regular_file(path, max_bytes=GIT_FILE_MAX_BYTES)  # never through a link, never blocking
     except FileNotFoundError:
         return wanted
-    except (OSError, UnicodeDecodeError) as exc:
-        raise storage_error("read", path, exc if isinstance(exc, OSError) else OSError(str(exc))) from None
+    try:
+        current = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise storage_error("read", path, OSError(str(exc))) from None
     have = {line.strip() for line in current.splitlines()}
     missing = [line for line in wanted.splitlines() if line.strip() and line.strip() not in have]
     if not missing:

@@ -12,6 +12,7 @@ from typing import Any
 
 from memstore.catalog import MemoryCatalog
 from memstore.failure_cards import FailureCardStorage
+from memstore.layout import FAILURES_FILE, memory_dir
 
 Progress = Callable[[int, int], None]
 
@@ -34,8 +35,7 @@ def reindex_workspace(
 def workspace_index_status(catalog: MemoryCatalog) -> dict[str, Any]:
     """One row per indexed source: entries, bytes indexed and behind, file and index sizes."""
     sources = [catalog.health_report()["index"]]
-    if not catalog.readonly:
-        cards = FailureCardStorage(catalog.root)
-        if cards.path.exists():
-            sources.append(cards.index_status())
+    # Opening the card storage creates its folder: a status read looks for the file first.
+    if not catalog.readonly and (memory_dir(catalog.root) / FAILURES_FILE).exists():
+        sources.append(FailureCardStorage(catalog.root).index_status())
     return {"sources": sources}

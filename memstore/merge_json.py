@@ -58,16 +58,17 @@ def newness(record: Any) -> tuple[float, int]:
 
 
 def merge_arrays(base: list[Any], ours: list[Any], theirs: list[Any]) -> list[Any]:
-    """The merged records: ours in order (with their merged versions), then what only theirs added."""
+    """The merged records: ours in order (with their merged versions), then what only theirs added.
+
+    A side may hold one key more than once (``append`` does not refuse a known card
+    id): the n-th record of a key is matched with the n-th of the other sides, so no
+    copy is dropped and a copy deleted on one side stays deleted.
+    """
     base_by = _by_key(base)
     ours_by = _by_key(ours)
     theirs_by = _by_key(theirs)
     merged: list[Any] = []
-    emitted: set[str] = set()
     for key in [*ours_by, *(key for key in theirs_by if key not in ours_by)]:
-        if key in emitted:
-            continue
-        emitted.add(key)
         winner = _resolve(base_by.get(key, _MISSING), ours_by.get(key, _MISSING), theirs_by.get(key, _MISSING))
         if winner is not _MISSING:
             merged.append(winner)
@@ -77,13 +78,15 @@ def merge_arrays(base: list[Any], ours: list[Any], theirs: list[Any]) -> list[An
 _MISSING: Any = object()
 
 
-def _by_key(records: list[Any]) -> dict[str, Any]:
-    """Records by key; a key seen twice keeps its newer record."""
-    out: dict[str, Any] = {}
+def _by_key(records: list[Any]) -> dict[tuple[str, int], Any]:
+    """Records by (key, how many records of that key came before it), in file order."""
+    out: dict[tuple[str, int], Any] = {}
+    seen: dict[str, int] = {}
     for record in records:
         key = record_key(record)
-        if key not in out or newness(record) > newness(out[key]):
-            out[key] = record
+        occurrence = seen.get(key, 0)
+        seen[key] = occurrence + 1
+        out[(key, occurrence)] = record
     return out
 
 

@@ -95,3 +95,15 @@ def test_both_directions_keep_the_same_records(case: tuple[list[Any], list[Any],
 
 def test_unkeyed_records_merge_by_their_exact_json() -> None:
     assert merge_arrays([1, "x"], [1, "x", {"a": 1}], ["x", {"a": 1}, None]) == ["x", {"a": 1}, None]
+
+
+def test_a_side_holding_one_id_twice_keeps_both_records() -> None:
+    """append() may store a second card with an id already present: a merge must not drop either."""
+    first, second = card("c1", 1), {**card("c1", 2), "note": "appended again"}
+    other = card("d", 1)
+    merged = merge_arrays([first], [first, second], [first, other])
+    assert merged == [first, second, other]
+    assert merge_arrays([first], [first, other], [first, second]) == [first, other, second]
+    # The n-th copy is matched with the n-th copy of the other side: a deleted copy stays deleted.
+    assert merge_arrays([first, second], [first, second, other], [first]) == [first, other]
+    assert merge_arrays([1, 1], [1, 1], [1]) == [1]

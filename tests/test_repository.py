@@ -232,6 +232,31 @@ def test_conflicted_merge_without_attributes_is_repaired_by_doctor(repo: Path) -
     assert ok(memstore(repo, "doctor")).strip() == "healthy"
 
 
+def test_an_entry_a_merge_brings_back_from_quarantine_is_found_and_removed_by_doctor(repo: Path) -> None:
+    """merge=union cannot express a removal next to the other side's append: doctor must catch it."""
+    MemoryCatalog(repo).add("kept note")
+    bad = MemoryCatalog(repo).add("branch note", branch_name="feat")
+    commit_all(repo, "store")
+    git(repo, "checkout", "-q", "-b", "cleanup")
+    assert MemoryCatalog(repo).quarantine_by_branch("feat", "bad branch") == 1
+    commit_all(repo, "quarantine")
+    git(repo, "checkout", "-q", "main")
+    MemoryCatalog(repo).add("new note on main")
+    commit_all(repo, "more")
+    git(repo, "merge", "-q", "--no-edit", "cleanup")
+    catalog = MemoryCatalog(repo)
+    quarantined = [json.loads(line)["memory_id"] for line in catalog.quarantine_path.read_text().splitlines()]
+    assert quarantined == [bad.memory_id]
+    assert bad.memory_id in [e.memory_id for e in catalog.list(limit=100)]  # what the union merge did
+    found = memstore(repo, "doctor")
+    assert found.returncode == 1 and "quarantined-entry" in found.stdout
+    ok(memstore(repo, "doctor", "--fix"))
+    catalog = MemoryCatalog(repo)
+    assert sorted(e.content for e in catalog.list(limit=100)) == ["kept note", "new note on main"]
+    assert [e.memory_id for e in catalog.list_quarantined()] == [bad.memory_id]
+    assert catalog.check_index()["equal"]
+
+
 # ----------------------------------------------------------------------------- discovery
 
 
@@ -312,6 +337,20 @@ def test_every_read_on_an_empty_tree_changes_nothing(repo: Path, tmp_path: Path,
     show = memstore(repo, "show", "deadbeef", home=home)
     assert show.returncode == 1 and "not found" in show.stderr
     assert listing(tmp_path) == before
+
+
+def test_reads_on_a_store_without_its_memory_folder_create_nothing_but_the_index(repo: Path) -> None:
+    """A store holding only memory.jsonl (a fresh clone, say): failure and pin reads answer empty, add no folder."""
+    ok(memstore(repo, "add", "one note"))
+    assert not (repo / ".teaagent" / "memory").exists()
+
+    def outside_index() -> dict[str, Any]:
+        return {k: v for k, v in listing(repo).items() if not k.startswith(".teaagent/index")}
+
+    before = outside_index()
+    for args in READS:
+        ok(memstore(repo, *args))
+    assert outside_index() == before
 
 
 def test_watch_on_an_empty_tree_creates_nothing(repo: Path, tmp_path: Path) -> None:
@@ -439,7 +478,8 @@ def test_json_array_file_reads_only_a_small_regular_file(tmp_path: Path, name: s
     if target is not None:
         assert json.loads(target.read_text()) == [{"id": "outside", "file_path": "x"}]
     found = run_bounded(diagnose, tmp_path)  # doctor reads it the same way: a finding, no hang
-    assert ("unreadable-file", f".teaagent/memory/{name}") in {(f.kind, f.file) for f in found.findings}
+    expected = "unreadable-file" if kind == "too-large" else "not-regular-file"
+    assert (expected, f".teaagent/memory/{name}") in {(f.kind, f.file) for f in found.findings}
 
 
 def test_pinned_truncation_keeps_a_copy_and_unknown_records_survive(tmp_path: Path) -> None:
@@ -541,6 +581,22 @@ def test_maintain_apply_does_what_maintain_reports(tmp_path: Path) -> None:
     assert json.loads(ok(memstore(tmp_path, "maintain", "--json")))["would_change"] is False
 
 
+def test_maintain_apply_answers_for_the_catalog_only(tmp_path: Path) -> None:
+    """maintain --apply repairs memory.jsonl; a problem in another file is doctor's, not a failed apply."""
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add("one")
+    catalog.path.write_bytes(catalog.path.read_bytes() + b"\n")
+    pins = tmp_path / ".teaagent" / "memory" / "pinned.json"
+    pins.parent.mkdir()
+    twice = {"file_path": "x", "pinned_at": 1, "last_modified": 1}
+    pins.write_text(json.dumps([twice, twice]))
+    result = memstore(tmp_path, "maintain", "--apply")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pinned.json" not in result.stdout and "could not be fixed" not in result.stderr
+    assert json.loads(pins.read_text()) == [twice, twice]  # left to doctor
+    assert "pinned.json" in ok(memstore(tmp_path, "doctor", "--fix"))
+
+
 def test_ensure_store_adds_no_git_files_to_the_personal_folder(tmp_path: Path) -> None:
     personal = tmp_path / ".config" / "teaagent"
     ensure_store(personal, private=True)
@@ -568,3 +624,102 @@ def test_doctor_merges_a_conflicted_json_array_by_id(tmp_path: Path, style: str)
     assert report.healthy, report.to_dict()
     assert [p["file_path"] for p in json.loads(pins.read_text())] == ["a.txt", "b.txt", "c.txt"]
     assert [p.read_text() for p in pins.parent.glob("pinned.json.backup-*")] == [text]
+
+
+# ----------------------------------------------------------------------------- hostile files (review)
+
+
+@pytest.mark.parametrize("name", ["failures.json", "pinned.json"])
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_a_json_array_file_that_is_a_link_or_a_pipe_is_never_followed(tmp_path: Path, name: str, kind: str) -> None:
+    """A committed link must not be read through (nor block a read, for a pipe): it reads as no records,
+    a write refuses to replace it, doctor reports it and copies nothing."""
+    from memstore.doctor import diagnose, repair
+    from memstore.errors import NotRegularFileError
+    from memstore.json_array import JsonArrayFile
+
+    outside = tmp_path / "outside.json"
+    twice = {"file_path": "x.txt", "pinned_at": 1, "last_modified": 1}
+    outside.write_text(json.dumps([card("leak").to_dict(), twice, twice]))
+    root = tmp_path / "root"
+    path = root / ".teaagent" / "memory" / name
+    path.parent.mkdir(parents=True)
+    if kind == "symlink":
+        path.symlink_to(outside)
+    else:
+        os.mkfifo(path)
+    array = JsonArrayFile(path, path.parent / "x.lock")
+    assert array.read() == []  # as a missing or unreadable file: nothing from outside the store
+    with pytest.raises(NotRegularFileError):
+        array.update(lambda records: (records.append(1), True))
+    found = diagnose(root).findings
+    assert [(f.kind, f.file, f.fixable) for f in found] == [("not-regular-file", f".teaagent/memory/{name}", False)]
+    report = repair(root)
+    assert report.backups == [] and report.changes == []
+    assert not list(path.parent.glob(f"{name}.backup-*"))
+    assert outside.read_text() == json.dumps([card("leak").to_dict(), twice, twice])
+
+
+def test_doctor_keeps_a_team_note_line_of_equals_signs_and_repeated_notes(tmp_path: Path) -> None:
+    """'=======' outside a conflict is Markdown (a heading underline), and a note may repeat: neither is damage."""
+    from memstore.doctor import diagnose, repair
+
+    team = tmp_path / ".teaagent" / "team-memory.md"
+    team.parent.mkdir()
+    text = "- note one\nRelease checklist\n=======\n- run tests\n- run tests\n>>>>>>> not a conflict\n"
+    team.write_text(text)
+    assert diagnose(tmp_path).findings == []
+    repair(tmp_path)
+    assert team.read_text() == text
+    assert list(team.parent.glob("team-memory.md.backup-*")) == []
+
+
+def test_doctor_fix_of_a_conflicted_team_file_keeps_the_lines_outside_the_conflict(tmp_path: Path) -> None:
+    from memstore.doctor import repair
+
+    team = tmp_path / ".teaagent" / "team-memory.md"
+    team.parent.mkdir()
+    team.write_text(
+        "- same\n- same\nTitle\n=======\n<<<<<<< HEAD\n- ours\n- both\n=======\n- both\n- theirs\n>>>>>>> b\n"
+    )
+    report = repair(tmp_path)
+    assert report.healthy, report.to_dict()
+    assert team.read_text() == "- same\n- same\nTitle\n=======\n- ours\n- both\n- theirs\n"
+
+
+@pytest.mark.parametrize("name", [".gitattributes", ".gitignore"])
+def test_init_refuses_a_git_file_that_is_a_pipe_instead_of_blocking_on_it(tmp_path: Path, name: str) -> None:
+    store = tmp_path / ".teaagent"
+    store.mkdir()
+    os.mkfifo(store / name)
+    result = memstore(tmp_path, "init")
+    assert result.returncode == 1 and "not a regular file" in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_doctor_salvage_never_rewrites_a_record_with_altered_text(tmp_path: Path) -> None:
+    """Invalid UTF-8 ends the salvage (no U+FFFD substituted into a kept record); a raw control
+    character inside a string is the same value once escaped, so that record is kept."""
+    from memstore.doctor import repair
+
+    pins = tmp_path / ".teaagent" / "memory" / "pinned.json"
+    pins.parent.mkdir(parents=True)
+
+    def pin(path: str) -> bytes:
+        return json.dumps({"file_path": path, "pinned_at": 1, "last_modified": 1}).encode()
+
+    damaged = b"[" + pin("a.txt") + b", " + pin("b\tc.txt").replace(b"\\t", b"\t") + b", "
+    damaged += pin("X").replace(b"X", b"\xff") + b", " + pin("d.txt") + b"]"
+    pins.write_bytes(damaged)
+    report = repair(tmp_path)
+    assert report.healthy, report.to_dict()
+    assert [p["file_path"] for p in json.loads(pins.read_bytes())] == ["a.txt", "b\tc.txt"]
+    assert [p.read_bytes() for p in pins.parent.glob("pinned.json.backup-*")] == [damaged]
+
+    other = tmp_path / "other"
+    pins = other / ".teaagent" / "memory" / "pinned.json"
+    pins.parent.mkdir(parents=True)
+    for bom in (b"", b"\xef\xbb\xbf"):
+        pins.write_bytes(bom + b"[" + pin("a.txt") + b", " + pin("X").replace(b"X", b"\xff") + b"]")
+        repair(other)
+        assert [p["file_path"] for p in json.loads(pins.read_bytes())] == ["a.txt"]
