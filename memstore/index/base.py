@@ -37,6 +37,12 @@ T = TypeVar("T")
 Progress = Callable[[int, int], None]
 ATTEMPTS = 4
 BIG_CHANGE_ROWS = 20_000
+SQL_MAX_INT = 2**63 - 1
+
+
+def sql_limit(limit: int) -> int:
+    """A result limit SQLite can bind: any larger limit already means "every row" (no file holds more)."""
+    return min(limit, SQL_MAX_INT)
 
 
 FREE_SHARE = 10

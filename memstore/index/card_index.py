@@ -24,7 +24,7 @@ from memstore.cards import (
     card_match_score,
     task_keywords,
 )
-from memstore.index.base import IndexedSource, StaleRowError
+from memstore.index.base import IndexedSource, StaleRowError, sql_limit
 from memstore.index.db import IndexFile, Populate
 from memstore.index.source import Change, PrefixDigest, SourceState
 
@@ -171,6 +171,7 @@ class CardIndex(IndexedSource):
         self, paths: Sequence[str], keywords: frozenset[str], error_type: str | None, limit: int, now: float
     ) -> list[FailureCard]:
         """Active cards by score desc, timestamp desc, file order; exactly as the scan ranks them."""
+        limit = sql_limit(limit)
 
         def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> list[FailureCard]:
             params: dict[str, Any] = {"now": now, "k": limit, "kw": json.dumps(sorted(keywords))}

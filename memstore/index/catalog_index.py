@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memstore.files import iter_raw_lines, open_for_read
-from memstore.index.base import IndexedSource, StaleRowError
+from memstore.index.base import IndexedSource, StaleRowError, sql_limit
 from memstore.index.db import DatabaseFault, IndexFile
 from memstore.index.search import Hit, Planner, PlannerFactory, search_rows, sql_safe
 from memstore.index.source import Change, PrefixDigest, SourceState
@@ -351,6 +351,8 @@ class CatalogIndex(IndexedSource):
         return [(row_id, off, length, self._entry_at(fd, off, length)) for row_id, off, length in rows]
 
     def search(self, tokens: Sequence[str], limit: int, *, planner: PlannerFactory = Planner) -> list[MemoryEntry]:
+        limit = sql_limit(limit)
+
         def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
             hits = search_rows(conn, tokens, limit, state.rows, planner=planner)
             known: dict[int, MemoryEntry] = {}
@@ -381,6 +383,8 @@ class CatalogIndex(IndexedSource):
         return self._read(answer, [])
 
     def list(self, limit: int) -> builtins.list[MemoryEntry]:
+        limit = sql_limit(limit)
+
         def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
             rows = conn.execute("SELECT off, len FROM pos ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
             return [self._entry_at(fd, off, length) for off, length in rows]
