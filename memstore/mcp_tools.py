@@ -227,7 +227,7 @@ QUARANTINE_RESULT = _object({"quarantined": _COUNT, "branch": {"type": "string"}
 
 def _search(ws: Workspace, args: Arguments) -> Payload:
     query = args["query"]
-    return reports.entries_report(ws.catalog.search(query, limit=args["limit"]), query=query)
+    return reports.entries_report(ws.reading_catalog.search(query, limit=args["limit"]), query=query)
 
 
 def _recall(ws: Workspace, args: Arguments) -> Payload:
@@ -243,17 +243,18 @@ def _add(ws: Workspace, args: Arguments) -> Payload:
 
 
 def _list(ws: Workspace, args: Arguments) -> Payload:
-    return reports.entries_report(ws.catalog.list(limit=args["limit"]))
+    return reports.entries_report(ws.reading_catalog.list(limit=args["limit"]))
 
 
 def _show(ws: Workspace, args: Arguments) -> Payload:
-    return reports.entry_report(ws.catalog.show(args["memory_id"]))
+    return reports.entry_report(ws.reading_catalog.show(args["memory_id"]))
 
 
 def _match(ws: Workspace, args: Arguments) -> Payload:
-    cards = ws.failure_cards.find_matching(
-        args["file_paths"], args["task_description"], args.get("error_type"), args["limit"]
-    )
+    storage = ws.reading_failure_cards
+    if storage is None:
+        return reports.matching_cards_report([])
+    cards = storage.find_matching(args["file_paths"], args["task_description"], args.get("error_type"), args["limit"])
     return reports.matching_cards_report(cards)
 
 

@@ -374,6 +374,45 @@ def test_bad_input_is_a_one_line_tool_error_and_changes_nothing(seeded: Path, ho
     assert "Traceback" not in (tmp_path / "err.log").read_text(encoding="utf-8")
 
 
+def _tree(*folders: Path) -> list[str]:
+    return sorted(str(path) for folder in folders for path in folder.rglob("*"))
+
+
+def test_reads_on_a_root_without_a_store_create_nothing(root: Path, home: Path, tmp_path: Path) -> None:
+    """DESIGN.md §9: a read creates nothing, as the CLI's reads; the first write then creates the store."""
+    reads: list[tuple[str, dict[str, Any]]] = [
+        ("memory_search", {"query": "x"}),
+        ("memory_recall", {"query": "x"}),
+        ("memory_list", {}),
+        ("failure_cards_match", {"file_paths": ["a.py"], "task_description": "edit a"}),
+        ("pins_list", {}),
+        ("team_notes", {}),
+        ("memory_status", {}),
+    ]
+
+    async def body(client: Client) -> Any:
+        answers = [structured(await client.call_tool(name, args)) for name, args in reads]
+        missing = await client.call_tool("memory_show", {"memory_id": "abc"})
+        for uri in ("memstore://context", "memstore://team-notes", "memstore://pinned"):
+            await client.read_resource(uri)
+        created_by_reads = _tree(root, home)
+        added = structured(await client.call_tool("memory_add", {"content": "first note"}))
+        listed = structured(await client.call_tool("memory_list", {}))
+        recalled = structured(await client.call_tool("memory_recall", {"query": "first"}))
+        return answers, missing, created_by_reads, added, listed, recalled
+
+    answers, missing, created_by_reads, added, listed, recalled = run_with_client(
+        server_params(root, home), tmp_path / "err.log", body
+    )
+    assert created_by_reads == []
+    assert answers[0]["count"] == 0 and answers[2]["count"] == 0 and answers[3]["count"] == 0
+    assert answers[6]["counts"]["entries"] == 0 and answers[6]["counts"]["failure_cards"] == 0
+    assert "not found" in error_message(missing)
+    assert [entry["memory_id"] for entry in listed["entries"]] == [added["entry"]["memory_id"]]
+    assert [entry["memory_id"] for entry in recalled["project"]] == [added["entry"]["memory_id"]]
+    assert (root / ".teaagent" / "memory.jsonl").is_file()
+
+
 def test_a_missing_root_is_a_one_line_error(tmp_path: Path, home: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "memstore", "mcp", "--root", str(tmp_path / "nope")],
