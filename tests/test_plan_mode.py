@@ -304,6 +304,31 @@ def test_host_deny_list_blocks_read_tools_and_wins_over_allow() -> None:
     assert plan.can_execute_tool("read_file")[0] is True
 
 
+@pytest.mark.parametrize(
+    ("denied", "spelling"),
+    [
+        ("Read", "Read."),
+        ("Read", ".Read"),
+        ("web_search", "webSearch"),
+        ("web_search", "web.search"),
+        ("web_search", "web/search"),
+        ("web_search", "web\tsearch"),
+        ("web_search", "web__search"),
+        ("mcp__evil__read_file", "mcp__evil__readFile"),
+        ("mcp__evil__read_file", "mcp__evil__read:file"),
+    ],
+)
+def test_a_denied_tool_is_blocked_under_every_spelling_the_rule_reads_as_the_same_words(
+    denied: str, spelling: str
+) -> None:
+    """The built-in rule reads these spellings as the denied name's words, so the deny list must too."""
+    plan = PlanMode(deny_tools=[denied])
+    plan.enable()
+    allowed, reason = plan.can_execute_tool(spelling)
+    assert allowed is False
+    assert "deny list" in reason
+
+
 @pytest.mark.parametrize("bad", ["read_file", b"read_file", 3, [3], ("ok", None)])
 def test_host_lists_are_checked(bad: object) -> None:
     with pytest.raises(ArgumentTypeError):
