@@ -98,6 +98,8 @@ def _conforms(value: object, wanted: str) -> bool:
 def _check_value(name: str, value: object, schema: Mapping[str, Any]) -> object:
     """The value, normalised (an integral float becomes an int), or a ToolError naming ``name``."""
     types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError(f"argument {name!r} must be a finite number, not {value}")
     if not any(_conforms(value, wanted) for wanted in types):
         expected = " or ".join(_JSON_TYPE_NAMES[wanted] for wanted in types)
         raise ToolError(f"argument {name!r} must be {expected}, not {_JSON_TYPE_NAMES.get(_json_type(value), 'that')}")
@@ -536,6 +538,9 @@ def call_tool(tools: Mapping[str, ToolSpec], workspace: Workspace, name: str, ar
     if spec is None:
         raise ToolError(f"unknown tool {name!r}")
     checked = check_arguments(spec, arguments)
+    if not workspace.root.is_dir():
+        # A write would recreate the removed folder and put a store where no repository is any more.
+        raise ToolError(f"the root {str(workspace.root)!r} no longer exists; restart the server on an existing root")
     try:
         return spec.run(workspace, checked)
     except ToolError:

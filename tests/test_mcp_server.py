@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from memstore.cards import FailureCard
 from memstore.catalog import MemoryCatalog
 from memstore.failure_cards import FailureCardStorage
 from memstore.hierarchy import MemoryHierarchy
+from memstore.mcp_tools import ToolError, available_tools, check_arguments
 from memstore.pinned import PinnedFileStorage
 from memstore.team import TeamMemory
 from memstore.workspace import Workspace, status_report
@@ -411,6 +413,35 @@ def test_reads_on_a_root_without_a_store_create_nothing(root: Path, home: Path, 
     assert [entry["memory_id"] for entry in listed["entries"]] == [added["entry"]["memory_id"]]
     assert [entry["memory_id"] for entry in recalled["project"]] == [added["entry"]["memory_id"]]
     assert (root / ".teaagent" / "memory.jsonl").is_file()
+
+
+def test_a_root_removed_while_the_server_runs_is_not_recreated(root: Path, home: Path, tmp_path: Path) -> None:
+    async def body(client: Client) -> Any:
+        structured(await client.call_tool("memory_add", {"content": "before"}))
+        shutil.rmtree(root)
+        writes = [
+            await client.call_tool("memory_add", {"content": "after"}),
+            await client.call_tool("team_note_add", {"text": "after"}),
+            await client.call_tool(
+                "failure_card_add",
+                {"run_id": "r", "error_type": "E", "file_path": "a.py", "error_message": "m", "task_description": "t"},
+            ),
+        ]
+        return writes, await client.call_tool("memory_list", {})
+
+    writes, listing = run_with_client(server_params(root, home), tmp_path / "err.log", body)
+    for result in [*writes, listing]:
+        assert "no longer exists" in error_message(result)
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_number_is_named_as_such(value: float) -> None:
+    """JSON text such as 1e400 parses to inf: the message must not read "must be a number, not a number"."""
+    spec = available_tools(allow_destructive=False)["failure_card_add"]
+    card = {"run_id": "r", "error_type": "E", "file_path": "a.py", "error_message": "m", "task_description": "t"}
+    with pytest.raises(ToolError, match="'ttl_seconds' must be a finite number"):
+        check_arguments(spec, {**card, "ttl_seconds": value})
 
 
 def test_a_missing_root_is_a_one_line_error(tmp_path: Path, home: Path) -> None:
