@@ -98,6 +98,8 @@ def _conforms(value: object, wanted: str) -> bool:
 def _check_value(name: str, value: object, schema: Mapping[str, Any]) -> object:
     """The value, normalised (an integral float becomes an int), or a ToolError naming ``name``."""
     types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError(f"argument {name!r} must be a finite number, not {value}")
     if not any(_conforms(value, wanted) for wanted in types):
         expected = " or ".join(_JSON_TYPE_NAMES[wanted] for wanted in types)
         raise ToolError(f"argument {name!r} must be {expected}, not {_JSON_TYPE_NAMES.get(_json_type(value), 'that')}")
@@ -227,7 +229,7 @@ QUARANTINE_RESULT = _object({"quarantined": _COUNT, "branch": {"type": "string"}
 
 def _search(ws: Workspace, args: Arguments) -> Payload:
     query = args["query"]
-    return reports.entries_report(ws.catalog.search(query, limit=args["limit"]), query=query)
+    return reports.entries_report(ws.reading_catalog.search(query, limit=args["limit"]), query=query)
 
 
 def _recall(ws: Workspace, args: Arguments) -> Payload:
@@ -243,17 +245,18 @@ def _add(ws: Workspace, args: Arguments) -> Payload:
 
 
 def _list(ws: Workspace, args: Arguments) -> Payload:
-    return reports.entries_report(ws.catalog.list(limit=args["limit"]))
+    return reports.entries_report(ws.reading_catalog.list(limit=args["limit"]))
 
 
 def _show(ws: Workspace, args: Arguments) -> Payload:
-    return reports.entry_report(ws.catalog.show(args["memory_id"]))
+    return reports.entry_report(ws.reading_catalog.show(args["memory_id"]))
 
 
 def _match(ws: Workspace, args: Arguments) -> Payload:
-    cards = ws.failure_cards.find_matching(
-        args["file_paths"], args["task_description"], args.get("error_type"), args["limit"]
-    )
+    storage = ws.reading_failure_cards
+    if storage is None:
+        return reports.matching_cards_report([])
+    cards = storage.find_matching(args["file_paths"], args["task_description"], args.get("error_type"), args["limit"])
     return reports.matching_cards_report(cards)
 
 
@@ -535,6 +538,9 @@ def call_tool(tools: Mapping[str, ToolSpec], workspace: Workspace, name: str, ar
     if spec is None:
         raise ToolError(f"unknown tool {name!r}")
     checked = check_arguments(spec, arguments)
+    if not workspace.root.is_dir():
+        # A write would recreate the removed folder and put a store where no repository is any more.
+        raise ToolError(f"the root {str(workspace.root)!r} no longer exists; restart the server on an existing root")
     try:
         return spec.run(workspace, checked)
     except ToolError:

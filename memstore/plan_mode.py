@@ -345,12 +345,16 @@ class PlanMode:
     ``allow_tools`` names tools the host knows to be read-only beyond the built-in
     rule; ``deny_tools`` names tools blocked while plan mode is active even when
     they look read-only (deny wins).  Both are compared after
-    :func:`normalize_tool_name`.
+    :func:`normalize_tool_name`; a denied name is also blocked under every spelling
+    with the same :func:`tool_words` (``webSearch``, ``web.search``), since the
+    built-in rule would read those as the same name.
     """
 
     def __init__(self, *, allow_tools: Iterable[str] = (), deny_tools: Iterable[str] = ()) -> None:
         self._allow = _tool_set("allow_tools", allow_tools)
         self._deny = _tool_set("deny_tools", deny_tools)
+        # The rule reads "readFile", "read.file" and "read_file" as one name, so the deny list must too.
+        self._deny_words = frozenset(tool_words(name) for name in self._deny)
         self._lock = threading.Lock()
         self._state = PlanModeState.DISABLED
         self._notes: list[str] = []
@@ -432,7 +436,7 @@ class PlanMode:
         if state is PlanModeState.DISABLED:
             return True, "plan mode is disabled"
         key = normalize_tool_name(name)
-        if key in self._deny:
+        if key in self._deny or tool_words(name) in self._deny_words:
             return False, f"tool {name!r} is on the host's deny list; blocked while plan mode is {state.value}"
         if key in self._allow:
             return True, f"tool {name!r} is on the host's allow list; allowed in plan mode"

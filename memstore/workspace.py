@@ -64,12 +64,34 @@ class Workspace:
             self._catalog = open_catalog(self.root, for_reading=True)
         return self._catalog
 
+    def has_store(self) -> bool:
+        from memstore.layout import has_store
+
+        return has_store(self.root)
+
+    @property
+    def reading_catalog(self) -> MemoryCatalog:
+        """The catalog for a read: on a root without a store a readonly one, which creates nothing (DESIGN §9)."""
+        if self._catalog is None and not self.has_store():
+            from memstore.catalog import MemoryCatalog
+
+            return MemoryCatalog(self.root, readonly=True)
+        return self.catalog
+
+    @property
+    def reading_failure_cards(self) -> FailureCardStorage | None:
+        """The failure cards for a read; None on a root without a store (the answer is empty)."""
+        if self._cards is None and not self.has_store():
+            return None
+        return self.failure_cards
+
     @property
     def hierarchy(self) -> MemoryHierarchy:
+        """Every tier, for reads only: readonly, so neither ``.teaagent`` nor the personal folder is created."""
         if self._hierarchy is None:
             from memstore.hierarchy import MemoryHierarchy
 
-            self._hierarchy = MemoryHierarchy(self.root)
+            self._hierarchy = MemoryHierarchy(self.root, readonly=True)
         return self._hierarchy
 
     @property
@@ -105,10 +127,11 @@ def status_report(workspace: Workspace) -> dict[str, Any]:
     """
     from memstore.maintenance import workspace_index_status
 
-    catalog = workspace.catalog
+    catalog = workspace.reading_catalog
     health = catalog.health_report()
     health.pop("index", None)
-    cards = workspace.failure_cards.list_all()
+    storage = workspace.reading_failure_cards
+    cards = storage.list_all() if storage is not None else []
     counts = {
         "entries": health["total_entries"],
         "corrupt_entries": health["corrupt_entries"],

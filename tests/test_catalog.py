@@ -314,6 +314,15 @@ def test_list_limits(catalog: MemoryCatalog, method: str) -> None:
     assert call(limit=0) == []
 
 
+@pytest.mark.parametrize("limit", [2**63 - 1, 2**63, 10**30, 10**400])
+def test_a_limit_beyond_sqlite_integers_means_every_entry(catalog: MemoryCatalog, limit: int) -> None:
+    """A huge limit is a valid int >= 0: the index must answer it as the scan does, not overflow."""
+    write_raw(catalog, b"".join(line_of(make_entry(i, f"parser note {i}")) for i in range(3)))
+    newest_first = [make_entry(i).memory_id for i in (2, 1, 0)]
+    assert ids(catalog.list(limit=limit)) == newest_first
+    assert sorted(ids(catalog.search("parser", limit=limit))) == sorted(newest_first)
+
+
 # ---------------------------------------------------------------- search
 
 

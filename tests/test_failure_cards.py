@@ -289,6 +289,13 @@ def test_find_matching_limits_and_argument_checks(store: FailureCardStorage) -> 
         store.find_matching([], "", 5)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("limit", [2**63, 10**30])
+def test_find_matching_a_limit_beyond_sqlite_integers_means_every_card(store: FailureCardStorage, limit: int) -> None:
+    store.append(card("a"))
+    store.append(card("b"))
+    assert sorted(c.id for c in store.find_matching(["app.py"], "", limit=limit)) == ["a", "b"]
+
+
 # A brute-force reference, written independently of memstore.cards.
 _REF_STOPWORD_TEXT = """a an the and or but in on at to for of with by from as is was are were be been being
 have has had do does did will would could should may might must shall can it its this that these those i you

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from memstore.cards import FailureCard
 from memstore.catalog import MemoryCatalog
 from memstore.failure_cards import FailureCardStorage
 from memstore.hierarchy import MemoryHierarchy
+from memstore.mcp_tools import ToolError, available_tools, check_arguments
 from memstore.pinned import PinnedFileStorage
 from memstore.team import TeamMemory
 from memstore.workspace import Workspace, status_report
@@ -372,6 +374,74 @@ def test_bad_input_is_a_one_line_tool_error_and_changes_nothing(seeded: Path, ho
     assert listing["count"] == 4  # the server is alive and nothing was added
     assert _store_files(seeded) == before  # no partial file, no stray temp file, nothing changed
     assert "Traceback" not in (tmp_path / "err.log").read_text(encoding="utf-8")
+
+
+def _tree(*folders: Path) -> list[str]:
+    return sorted(str(path) for folder in folders for path in folder.rglob("*"))
+
+
+def test_reads_on_a_root_without_a_store_create_nothing(root: Path, home: Path, tmp_path: Path) -> None:
+    """DESIGN.md §9: a read creates nothing, as the CLI's reads; the first write then creates the store."""
+    reads: list[tuple[str, dict[str, Any]]] = [
+        ("memory_search", {"query": "x"}),
+        ("memory_recall", {"query": "x"}),
+        ("memory_list", {}),
+        ("failure_cards_match", {"file_paths": ["a.py"], "task_description": "edit a"}),
+        ("pins_list", {}),
+        ("team_notes", {}),
+        ("memory_status", {}),
+    ]
+
+    async def body(client: Client) -> Any:
+        answers = [structured(await client.call_tool(name, args)) for name, args in reads]
+        missing = await client.call_tool("memory_show", {"memory_id": "abc"})
+        for uri in ("memstore://context", "memstore://team-notes", "memstore://pinned"):
+            await client.read_resource(uri)
+        created_by_reads = _tree(root, home)
+        added = structured(await client.call_tool("memory_add", {"content": "first note"}))
+        listed = structured(await client.call_tool("memory_list", {}))
+        recalled = structured(await client.call_tool("memory_recall", {"query": "first"}))
+        return answers, missing, created_by_reads, added, listed, recalled
+
+    answers, missing, created_by_reads, added, listed, recalled = run_with_client(
+        server_params(root, home), tmp_path / "err.log", body
+    )
+    assert created_by_reads == []
+    assert answers[0]["count"] == 0 and answers[2]["count"] == 0 and answers[3]["count"] == 0
+    assert answers[6]["counts"]["entries"] == 0 and answers[6]["counts"]["failure_cards"] == 0
+    assert "not found" in error_message(missing)
+    assert [entry["memory_id"] for entry in listed["entries"]] == [added["entry"]["memory_id"]]
+    assert [entry["memory_id"] for entry in recalled["project"]] == [added["entry"]["memory_id"]]
+    assert (root / ".teaagent" / "memory.jsonl").is_file()
+
+
+def test_a_root_removed_while_the_server_runs_is_not_recreated(root: Path, home: Path, tmp_path: Path) -> None:
+    async def body(client: Client) -> Any:
+        structured(await client.call_tool("memory_add", {"content": "before"}))
+        shutil.rmtree(root)
+        writes = [
+            await client.call_tool("memory_add", {"content": "after"}),
+            await client.call_tool("team_note_add", {"text": "after"}),
+            await client.call_tool(
+                "failure_card_add",
+                {"run_id": "r", "error_type": "E", "file_path": "a.py", "error_message": "m", "task_description": "t"},
+            ),
+        ]
+        return writes, await client.call_tool("memory_list", {})
+
+    writes, listing = run_with_client(server_params(root, home), tmp_path / "err.log", body)
+    for result in [*writes, listing]:
+        assert "no longer exists" in error_message(result)
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_number_is_named_as_such(value: float) -> None:
+    """JSON text such as 1e400 parses to inf: the message must not read "must be a number, not a number"."""
+    spec = available_tools(allow_destructive=False)["failure_card_add"]
+    card = {"run_id": "r", "error_type": "E", "file_path": "a.py", "error_message": "m", "task_description": "t"}
+    with pytest.raises(ToolError, match="'ttl_seconds' must be a finite number"):
+        check_arguments(spec, {**card, "ttl_seconds": value})
 
 
 def test_a_missing_root_is_a_one_line_error(tmp_path: Path, home: Path) -> None:

@@ -304,6 +304,31 @@ def test_host_deny_list_blocks_read_tools_and_wins_over_allow() -> None:
     assert plan.can_execute_tool("read_file")[0] is True
 
 
+@pytest.mark.parametrize(
+    ("denied", "spelling"),
+    [
+        ("Read", "Read."),
+        ("Read", ".Read"),
+        ("web_search", "webSearch"),
+        ("web_search", "web.search"),
+        ("web_search", "web/search"),
+        ("web_search", "web\tsearch"),
+        ("web_search", "web__search"),
+        ("mcp__evil__read_file", "mcp__evil__readFile"),
+        ("mcp__evil__read_file", "mcp__evil__read:file"),
+    ],
+)
+def test_a_denied_tool_is_blocked_under_every_spelling_the_rule_reads_as_the_same_words(
+    denied: str, spelling: str
+) -> None:
+    """The built-in rule reads these spellings as the denied name's words, so the deny list must too."""
+    plan = PlanMode(deny_tools=[denied])
+    plan.enable()
+    allowed, reason = plan.can_execute_tool(spelling)
+    assert allowed is False
+    assert "deny list" in reason
+
+
 @pytest.mark.parametrize("bad", ["read_file", b"read_file", 3, [3], ("ok", None)])
 def test_host_lists_are_checked(bad: object) -> None:
     with pytest.raises(ArgumentTypeError):
@@ -444,3 +469,16 @@ def test_concurrent_notes_all_kept() -> None:
     for thread in threads:
         thread.join()
     assert sorted(plan.notes) == sorted(f"{n}-{i}" for n in range(8) for i in range(200))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: memstore's own read-only MCP tools are blocked by its plan mode (unknown words recall, "
+    "failure, pins, team); an agent in plan mode cannot consult its memory without a host allow-list",
+)
+@pytest.mark.parametrize("tool", ["memory_recall", "failure_cards_match", "pins_list", "team_notes"])
+def test_memstores_own_read_tools_are_allowed_in_plan_mode(tool: str) -> None:
+    plan = PlanMode()
+    plan.enable()
+    assert plan.can_execute_tool(tool)[0] is True
+    assert plan.can_execute_tool(f"mcp__memstore__{tool}")[0] is True

@@ -38,7 +38,6 @@ Progress = Callable[[int, int], None]
 ATTEMPTS = 4
 BIG_CHANGE_ROWS = 20_000
 
-
 FREE_SHARE = 10
 """A rebuild that leaves more than 1/FREE_SHARE of the file's pages free compacts the file."""
 
