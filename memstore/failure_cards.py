@@ -31,7 +31,7 @@ from memstore.cards import (
     rank_cards,
     task_keywords,
 )
-from memstore.errors import ArgumentTypeError, IndexUnavailableError
+from memstore.errors import ArgumentTypeError, IndexUnavailableError, NotRegularFileError
 from memstore.files import storage_error
 from memstore.index.card_index import CardIndex
 from memstore.index.db import IndexBusyError
@@ -135,6 +135,8 @@ class FailureCardStorage:
             return None
         try:
             return query(self._index)
+        except NotRegularFileError:
+            return None  # the scan reads it as unreadable (no cards), as it does a directory there
         except IndexUnavailableError as exc:
             if not isinstance(exc, IndexBusyError):
                 logger.warning("failure-card index unavailable, answering from a scan: %s", exc)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memstore.files import FileLock, atomic_write
+from memstore.files import FileLock, atomic_write, open_for_read, read_fd
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +49,20 @@ class JsonArrayFile:
         self._prepare = prepare
 
     def read_bytes(self) -> bytes | None:
-        """The file's bytes; None when it is missing or cannot be read."""
+        """The file's bytes; None when it is missing or cannot be read.
+
+        Only a regular file is read (see :func:`open_for_read`): a committed link to
+        ``/dev/zero`` or elsewhere, or a named pipe, is unreadable (warned): never followed,
+        never blocking.  A write then refuses to replace it (see :func:`atomic_write`).
+        """
         try:
-            return self.path.read_bytes()
-        except FileNotFoundError:
-            return None
+            fd = open_for_read(self.path)
+            if fd is None:
+                return None
+            try:
+                return read_fd(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
         except OSError as exc:
             logger.warning("cannot read %s: %s", self.path, exc)
             return None

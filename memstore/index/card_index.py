@@ -24,6 +24,7 @@ from memstore.cards import (
     card_match_score,
     task_keywords,
 )
+from memstore.files import read_fd
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import IndexFile, Populate
 from memstore.index.source import Change, PrefixDigest, SourceState
@@ -43,18 +44,6 @@ def _encodable(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _read_all(fd: int, size: int) -> bytes:
-    chunks = []
-    position = 0
-    while position < size:
-        chunk = os.pread(fd, min(1 << 20, size - position), position)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        position += len(chunk)
-    return b"".join(chunks)
 
 
 class CardIndex(IndexedSource):
@@ -79,7 +68,7 @@ class CardIndex(IndexedSource):
         prefix: PrefixDigest | None,
     ) -> int:
         # A JSON array is rewritten whole: whatever changed, the rows are rebuilt.
-        return self._replace_rows(conn, fd, st, self._load_records(_read_all(fd, st.st_size)))
+        return self._replace_rows(conn, fd, st, self._load_records(read_fd(fd, st.st_size)))
 
     def _replace_rows(
         self, conn: sqlite3.Connection, fd: int, st: os.stat_result, records: Sequence[dict[str, Any]]
@@ -154,7 +143,7 @@ class CardIndex(IndexedSource):
         size = os.fstat(fd).st_size
         if not found or size > VERIFY_BYTES:
             return [card for _row_id, card in found]
-        records = self._load_records(_read_all(fd, size))
+        records = self._load_records(read_fd(fd, size))
         checked = []
         for row_id, card in found:
             held = FailureCard.from_dict(records[row_id - 1]) if 0 < row_id <= len(records) else None
