@@ -134,7 +134,6 @@ class IndexedSource:
         if self._conn is not None and self._pid == os.getpid():
             with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
-            self.file.release()
         self._conn = None
         self._generation = None
         self._reset_caches()

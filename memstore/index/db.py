@@ -87,6 +87,19 @@ def _identity(st: os.stat_result) -> Generation:
     return (st.st_dev, st.st_ino)
 
 
+class LockedConnection(sqlite3.Connection):
+    """A connection that holds ``open.lock`` shared for as long as it lives (closed or collected)."""
+
+    open_lock: io.FileIO | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.open_lock is not None:
+                self.open_lock.close()
+
+
 class _Verdict(enum.Enum):
     MIGRATE = "migrate"
 
@@ -105,7 +118,6 @@ class IndexFile:
         self.readonly = readonly
         self.private = private
         self._mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
-        self._open_lock: io.FileIO | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -123,15 +135,7 @@ class IndexFile:
             raise IndexUnavailableError(f"cannot open the index at {self.path}: {exc}") from exc
 
     def _connect(self, populate: Populate | None) -> tuple[sqlite3.Connection, Generation]:
-        try:
-            return self._open_verified(populate)
-        except BaseException:
-            self.release()
-            raise
-
-    def _open_verified(self, populate: Populate | None) -> tuple[sqlite3.Connection, Generation]:
         for _attempt in range(OPEN_ATTEMPTS):
-            self.release()
             self._check_directory()
             st = self._lstat(self.path)
             if st is None:
@@ -141,9 +145,9 @@ class IndexFile:
                 self.set_aside("not a regular file (a symlink is never followed)", expected=_identity(st))
                 continue
             self._drop_linked_sidecars()
-            leftover = self._hold_open_lock()
+            held, leftover = self._hold_open_lock()
             if leftover is not None:
-                self.release()
+                held.close()
                 self.set_aside(f"{leftover} that no open connection wrote (a crash left it, or it was planted)",
                                expected=_identity(st))
                 continue
@@ -153,12 +157,17 @@ class IndexFile:
                     uri=True,
                     isolation_level=None,
                     check_same_thread=False,
+                    factory=LockedConnection,
                 )
-            except DatabaseFault as exc:
+            except BaseException as exc:
+                held.close()
+                if not isinstance(exc, DatabaseFault):
+                    raise
                 if self._lstat(self.path) is None:
                     continue  # removed meanwhile: build it
                 self.set_aside(f"cannot open: {exc}", expected=_identity(st))
                 continue
+            conn.open_lock = held
             try:
                 configure(conn)
                 verdict = self._verify(conn, st)
@@ -192,8 +201,8 @@ class IndexFile:
             return origin_problem(conn, st) or _Verdict.MIGRATE
         return f"schema version {version}, expected {SCHEMA_VERSION}"
 
-    def _hold_open_lock(self) -> str | None:
-        """Hold ``open.lock`` shared for the connection about to open; name a log nobody open wrote.
+    def _hold_open_lock(self) -> tuple[io.FileIO, str | None]:
+        """``open.lock`` held shared for the connection about to open; and a log nobody open wrote.
 
         A -wal or -journal is replayed by SQLite into whatever file it sits beside, before
         any check can look at the file.  While a memstore connection is open its log is its
@@ -210,30 +219,23 @@ class IndexFile:
                 os.unlink(lock)
         # Created even by a readonly catalog: like SQLite's own -shm, it is part of an open index.
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
-        # A file object, so a handle dropped without close() lets go of the lock when collected.
-        self._open_lock = io.FileIO(fd, "r", closefd=True)
+        held = io.FileIO(fd, "r", closefd=True)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            alone = False
-        else:
-            alone = True
-        if alone:
-            for suffix in LOGS:
-                log_st = self._lstat(Path(f"{self.path}{suffix}"))
-                if log_st is not None and log_st.st_size > 0:
-                    return f"a {suffix} log"
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        return None
-
-    def release(self) -> None:
-        """Let go of ``open.lock`` once the connection it guarded is closed."""
-        held, self._open_lock = self._open_lock, None
-        if held is not None:
-            with contextlib.suppress(OSError):
-                held.close()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+            else:
+                for suffix in LOGS:
+                    log_st = self._lstat(Path(f"{self.path}{suffix}"))
+                    if log_st is not None and log_st.st_size > 0:
+                        return held, f"a {suffix} log"
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            held.close()
+            raise
+        return held, None
 
     def generation(self) -> Generation | None:
         """(dev, ino) of the regular file now at the index path; None when there is none."""
