@@ -444,6 +444,19 @@ def _line_bytes(fd: int, start: int, stop: int, chunk: bytes, chunk_pos: int) ->
     return os.pread(fd, stop - start, start)
 
 
+def read_fd(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of an open file (fewer when it is shorter), read by position."""
+    chunks = []
+    position = 0
+    while position < size:
+        chunk = os.pread(fd, min(READ_CHUNK, size - position), position)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        position += len(chunk)
+    return b"".join(chunks)
+
+
 def open_for_read(path: Path) -> int | None:
     """Open a canonical file for reading; ``None`` when it does not exist.
 

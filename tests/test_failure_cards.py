@@ -925,3 +925,37 @@ def test_failures_json_that_is_not_a_regular_file(tmp_path: Path, kind: str) -> 
     assert run_bounded(store.find_matching, ["a.py"], "parse yaml config") == []
     with pytest.raises(MemstoreError):  # a write never replaces what it could not read
         run_bounded(store.append, card("a"))
+
+
+@pytest.mark.parametrize("use_index", [True, False])
+@pytest.mark.parametrize("kind", ["link_to_dev_zero", "fifo", "link_to_a_file_outside"])
+def test_a_failures_json_that_is_no_regular_file_is_neither_followed_nor_blocks(
+    tmp_path: Path, kind: str, use_index: bool
+) -> None:
+    """A committed link to /dev/zero (git stores links) must not eat memory; a named pipe must not block."""
+    from memstore.errors import NotRegularFileError
+
+    root = tmp_path / "repo"
+    storage = FailureCardStorage(root, use_index=use_index)
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps([card("outside").to_dict()]))
+    if kind == "fifo":
+        os.mkfifo(storage.path)
+    else:
+        storage.path.symlink_to("/dev/zero" if kind == "link_to_dev_zero" else outside)
+    assert storage.list_all() == []
+    assert storage.list_active() == []
+    assert storage.get_by_id("outside") is None
+    assert storage.find_matching(["a.py"], "task", "TypeError") == []
+    with pytest.raises(NotRegularFileError):
+        storage.append(card("new"))
+    assert outside.read_text() == json.dumps([card("outside").to_dict()])
+
+
+def test_a_pinned_json_that_is_a_fifo_does_not_block(tmp_path: Path) -> None:
+    from memstore.pinned import PinnedFileStorage
+
+    root = tmp_path / "repo"
+    (root / ".teaagent" / "memory").mkdir(parents=True)
+    os.mkfifo(root / ".teaagent" / "memory" / "pinned.json")
+    assert PinnedFileStorage(root).list_all() == []

@@ -5,6 +5,7 @@ Every answer is compared with a scan of the canonical files (``use_index=False``
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -384,4 +385,43 @@ def test_removing_the_folder_during_a_watch_catch_up_keeps_the_watch_running(
     monkeypatch.undo()
     watch._catch_up("again")
     assert actions[-1]["event"] == "reindex", actions
+    assert_matches_scan(project)
+
+
+# ---------------------------------------------------------------- planted write-ahead log
+
+
+def forged_wal(good: Path, workdir: Path, *statements: str) -> bytes:
+    """A -wal that, replayed onto ``good``, applies ``statements`` (a copy changed in WAL mode, never checkpointed).
+
+    The origin page is not in the log, so the file's own origin record stays the one memstore wrote.
+    """
+    copy = workdir / "forge.sqlite3"
+    shutil.copy(good, copy)
+    conn = sqlite3.connect(copy, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        for statement in statements:
+            conn.execute(statement)
+        return Path(f"{copy}-wal").read_bytes()
+    finally:
+        # Closing would checkpoint the log into the copy and delete it: read it first.
+        conn.close()
+
+
+def test_a_write_ahead_log_planted_beside_a_good_index_is_not_replayed(tmp_path: Path, project: Path) -> None:
+    """A regular -wal next to a file memstore built here (committed, copied in) changes nothing.
+
+    Whoever knows the canonical files can build the same index and forge the pages that hold
+    the rows (not the origin page); SQLite replays any valid log it finds when the first
+    connection opens the file.
+    """
+    good = index_path(project)
+    gc.collect()  # the handles fill() used are closed
+    sql(good)  # checkpointed, and no connection open: SQLite has deleted its own log
+    assert not Path(f"{good}-wal").exists()
+    log = forged_wal(good, tmp_path, "UPDATE card SET invalidated = 1, expires_at = 1",
+                     "INSERT INTO doc_fts(doc_fts) VALUES ('delete-all')")  # fmt: skip
+    Path(f"{good}-wal").write_bytes(log)
     assert_matches_scan(project)

@@ -24,7 +24,7 @@ from memstore.cards import (
     card_match_score,
     task_keywords,
 )
-from memstore.files import MAX_JSON_FILE_BYTES
+from memstore.files import MAX_JSON_FILE_BYTES, read_fd
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import IndexFile, Populate
 from memstore.index.source import Change, PrefixDigest, SourceState
@@ -44,18 +44,6 @@ def _encodable(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _read_all(fd: int, size: int) -> bytes:
-    chunks = []
-    position = 0
-    while position < size:
-        chunk = os.pread(fd, min(1 << 20, size - position), position)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        position += len(chunk)
-    return b"".join(chunks)
 
 
 class CardIndex(IndexedSource):
@@ -81,7 +69,7 @@ class CardIndex(IndexedSource):
     ) -> int:
         # A JSON array is rewritten whole: whatever changed, the rows are rebuilt.  A file
         # over the cap holds no cards, as for the storage's own read.
-        data = _read_all(fd, st.st_size) if st.st_size <= MAX_JSON_FILE_BYTES else b""
+        data = read_fd(fd, st.st_size) if st.st_size <= MAX_JSON_FILE_BYTES else b""
         return self._replace_rows(conn, fd, st, self._load_records(data))
 
     def _replace_rows(
@@ -157,7 +145,7 @@ class CardIndex(IndexedSource):
         size = os.fstat(fd).st_size
         if not found or size > VERIFY_BYTES:
             return [card for _row_id, card in found]
-        records = self._load_records(_read_all(fd, size))
+        records = self._load_records(read_fd(fd, size))
         checked = []
         for row_id, card in found:
             held = FailureCard.from_dict(records[row_id - 1]) if 0 < row_id <= len(records) else None

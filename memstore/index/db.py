@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
+import fcntl
+import io
 import logging
 import os
 import sqlite3
@@ -34,6 +37,10 @@ BUSY_TIMEOUT_MS = 10_000
 KEEP_DAMAGED = 3
 OPEN_ATTEMPTS = 4
 SIDECARS = ("-wal", "-shm", "-journal")
+LOGS = ("-wal", "-journal")
+"""Sidecars SQLite replays into the file when the first connection opens it."""
+OPEN_LOCK = "open.lock"
+"""Held shared by every memstore connection to the index: taken exclusively, it proves none is open."""
 
 Populate = Callable[[sqlite3.Connection], None]
 
@@ -78,6 +85,19 @@ def configure(conn: sqlite3.Connection) -> None:
 
 def _identity(st: os.stat_result) -> Generation:
     return (st.st_dev, st.st_ino)
+
+
+class LockedConnection(sqlite3.Connection):
+    """A connection that holds ``open.lock`` shared for as long as it lives (closed or collected)."""
+
+    open_lock: io.FileIO | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.open_lock is not None:
+                self.open_lock.close()
 
 
 class _Verdict(enum.Enum):
@@ -125,18 +145,29 @@ class IndexFile:
                 self.set_aside("not a regular file (a symlink is never followed)", expected=_identity(st))
                 continue
             self._drop_linked_sidecars()
+            held, leftover = self._hold_open_lock()
+            if leftover is not None:
+                held.close()
+                self.set_aside(f"{leftover} that no open connection wrote (a crash left it, or it was planted)",
+                               expected=_identity(st))
+                continue
             try:
                 conn = sqlite3.connect(
                     f"file:{urllib.parse.quote(str(self.path))}?mode=rw",
                     uri=True,
                     isolation_level=None,
                     check_same_thread=False,
+                    factory=LockedConnection,
                 )
-            except DatabaseFault as exc:
+            except BaseException as exc:
+                held.close()
+                if not isinstance(exc, DatabaseFault):
+                    raise
                 if self._lstat(self.path) is None:
                     continue  # removed meanwhile: build it
                 self.set_aside(f"cannot open: {exc}", expected=_identity(st))
                 continue
+            conn.open_lock = held
             try:
                 configure(conn)
                 verdict = self._verify(conn, st)
@@ -169,6 +200,42 @@ class IndexFile:
             # Only a file this machine built is worth migrating; anything else is rebuilt.
             return origin_problem(conn, st) or _Verdict.MIGRATE
         return f"schema version {version}, expected {SCHEMA_VERSION}"
+
+    def _hold_open_lock(self) -> tuple[io.FileIO, str | None]:
+        """``open.lock`` held shared for the connection about to open; and a log nobody open wrote.
+
+        A -wal or -journal is replayed by SQLite into whatever file it sits beside, before
+        any check can look at the file.  While a memstore connection is open its log is its
+        own; when none is (the lock is free to take exclusively), a log is either what a
+        killed process left or something planted: the file is then set aside, never replayed.
+        """
+        lock = self.directory / OPEN_LOCK
+        st = self._lstat(lock)
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            if self.readonly:
+                raise IndexUnavailableError(f"readonly catalog: {lock} is not a regular file")
+            log.warning("removing %s: not a regular file (a lock is never taken through a link)", lock)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)
+        # Created even by a readonly catalog: like SQLite's own -shm, it is part of an open index.
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
+        held = io.FileIO(fd, "r", closefd=True)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+            else:
+                for suffix in LOGS:
+                    log_st = self._lstat(Path(f"{self.path}{suffix}"))
+                    if log_st is not None and log_st.st_size > 0:
+                        return held, f"a {suffix} log"
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            held.close()
+            raise
+        return held, None
 
     def generation(self) -> Generation | None:
         """(dev, ino) of the regular file now at the index path; None when there is none."""
@@ -345,14 +412,14 @@ class IndexFile:
         stamp = time.strftime("%Y%m%dT%H%M%S")
         damaged = self.path.with_name(f"{INDEX_FILENAME}.damaged-{stamp}-{os.urandom(2).hex()}")
         os.replace(self.path, damaged)
-        for suffix in ("-wal", "-shm"):
+        for suffix in ("-wal", "-shm", "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.replace(f"{self.path}{suffix}", f"{damaged}{suffix}")
         damaged_files = sorted(
-            p for p in self.directory.glob(f"{INDEX_FILENAME}.damaged-*") if not p.name.endswith(("-wal", "-shm"))
+            p for p in self.directory.glob(f"{INDEX_FILENAME}.damaged-*") if not p.name.endswith(SIDECARS)
         )
         for old in damaged_files[:-KEEP_DAMAGED]:
-            for suffix in ("", "-wal", "-shm"):
+            for suffix in ("", *SIDECARS):
                 with contextlib.suppress(OSError):
                     os.unlink(f"{old}{suffix}")
 
