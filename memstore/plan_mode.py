@@ -172,6 +172,21 @@ SAFE_WORDS: frozenset[str] = frozenset(
 )
 """Words that may accompany a read word in a read-only tool's name."""
 
+MEMSTORE_READ_TOOLS: frozenset[str] = frozenset(
+    {
+        "memory_search",
+        "memory_recall",
+        "memory_list",
+        "memory_show",
+        "memory_status",
+        "failure_cards_match",
+        "pins_list",
+        "team_notes",
+    }
+)
+"""memstore's own read-only MCP tools (``memstore mcp``): an agent in plan mode may consult its
+memory.  Kept equal to the tools that mcp_tools marks read-only (a test checks it)."""
+
 WRITE_WORDS: frozenset[str] = frozenset(
     {
         # files
@@ -309,6 +324,8 @@ def _judge(name: str) -> tuple[bool, str]:
     for word in tool_words(name):
         if word in WRITE_WORDS:
             return False, f"names a change or a command ({word!r})"
+    if normalize_tool_name(_tool_part(name)) in MEMSTORE_READ_TOOLS:
+        return True, "is one of memstore's own read-only tools"
     words = tool_words(_tool_part(name))
     for word in words:
         if word not in READ_WORDS and word not in SAFE_WORDS:

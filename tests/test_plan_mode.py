@@ -471,14 +471,20 @@ def test_concurrent_notes_all_kept() -> None:
     assert sorted(plan.notes) == sorted(f"{n}-{i}" for n in range(8) for i in range(200))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: memstore's own read-only MCP tools are blocked by its plan mode (unknown words recall, "
-    "failure, pins, team); an agent in plan mode cannot consult its memory without a host allow-list",
-)
 @pytest.mark.parametrize("tool", ["memory_recall", "failure_cards_match", "pins_list", "team_notes"])
 def test_memstores_own_read_tools_are_allowed_in_plan_mode(tool: str) -> None:
     plan = PlanMode()
     plan.enable()
     assert plan.can_execute_tool(tool)[0] is True
     assert plan.can_execute_tool(f"mcp__memstore__{tool}")[0] is True
+
+
+def test_memstores_read_tool_list_is_exactly_the_mcp_tools_marked_read_only() -> None:
+    from memstore.mcp_tools import TOOLS
+    from memstore.plan_mode import MEMSTORE_READ_TOOLS
+
+    assert {spec.name for spec in TOOLS if spec.read_only} == MEMSTORE_READ_TOOLS
+    plan = PlanMode()
+    plan.enable()
+    for spec in TOOLS:
+        assert plan.can_execute_tool(spec.name)[0] is spec.read_only, spec.name
