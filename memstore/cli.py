@@ -27,6 +27,7 @@ import click
 from memstore import __version__, reports
 from memstore import cli_output as out
 from memstore.errors import MemstoreError, describe
+from memstore.files import MAX_LINE_BYTES
 from memstore.workspace import open_catalog, workspace_root
 
 if TYPE_CHECKING:
@@ -397,15 +398,19 @@ def _read_input(content: str | None, path: Path | None, what: str) -> str:
         raise click.UsageError(f"give {what} as an argument, '-' for stdin, or --file PATH (exactly one)")
     if path is not None:
         try:
-            data = path.read_bytes()
+            with path.open("rb") as handle:
+                data = handle.read(MAX_LINE_BYTES + 1)
         except OSError as exc:
             raise click.BadParameter(describe(exc), param_hint="--file") from None
         source = str(path)
     elif content == "-":
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(MAX_LINE_BYTES + 1)
         source = "stdin"
     else:
         return str(content)
+    if len(data) > MAX_LINE_BYTES:
+        # Bounded read: an endless source (/dev/zero, a pipe) must not exhaust memory.
+        raise click.BadParameter(f"{source} holds more than {MAX_LINE_BYTES} bytes, more than a line may hold", param_hint=what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -598,7 +603,7 @@ def delete_command(env: Env, branch: str | None, run_id: str | None, dry_run: bo
     """
     if (branch is None) == (run_id is None):
         raise click.UsageError("give exactly one of --branch or --run-id")
-    catalog = _catalog(env)
+    catalog = _catalog(env, for_reading=dry_run)
     what = f"branch {branch!r}" if branch is not None else f"run {run_id!r}"
     if dry_run or (not yes and _stdin_is_terminal()):
         matching = catalog.list(limit=ALL_ROWS, branch_name=branch, run_id=run_id)
@@ -636,7 +641,7 @@ def quarantine_command(env: Env, branch: str, reason: str, dry_run: bool, yes: b
     They leave memory.jsonl for memory-quarantine.jsonl, with the reason in their provenance.
     Asks first on a terminal, like delete.
     """
-    catalog = _catalog(env)
+    catalog = _catalog(env, for_reading=dry_run)
     if dry_run or (not yes and _stdin_is_terminal()):
         matching = catalog.list(limit=ALL_ROWS, branch_name=branch)
         if dry_run:

@@ -61,6 +61,16 @@ def test_add_reads_stdin_and_files_of_any_size(tmp_path: Path) -> None:
     assert len(MemoryCatalog(tmp_path).list(limit=10)) == 2
 
 
+def test_add_reads_at_most_one_line_of_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endless source (/dev/zero, a pipe that never closes) is refused, not read into memory."""
+    monkeypatch.setattr("memstore.cli.MAX_LINE_BYTES", 1000, raising=False)
+    refused = invoke(tmp_path, "add", "-", stdin="x" * 5000)
+    assert refused.exit_code == 2 and "more than 1000 bytes" in refused.stderr
+    if Path("/dev/zero").exists():
+        assert invoke(tmp_path, "add", "--file", "/dev/zero").exit_code == 2
+    assert MemoryCatalog(tmp_path).list(limit=10) == []
+
+
 def test_team_add_reads_stdin(tmp_path: Path) -> None:
     line = ok(invoke(tmp_path, "team", "add", "-", stdin="deploys freeze\non fridays\n")).strip()
     assert line.endswith("— deploys freeze on fridays")
@@ -210,6 +220,13 @@ def test_delete_and_quarantine_dry_run_change_nothing(tmp_path: Path) -> None:
     assert "would quarantine 3 entries" in ok(invoke(tmp_path, "quarantine", "--branch", "main", "--reason", "r",
                                                      "--dry-run"))
     assert (tmp_path / ".teaagent" / "memory.jsonl").read_bytes() == before
+    # A dry run on a root without a store creates nothing, not even .teaagent/.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert "would delete 0 entries" in ok(invoke(bare, "delete", "--branch", "main", "--dry-run"))
+    assert "would quarantine 0 entries" in ok(invoke(bare, "quarantine", "--branch", "main", "--reason", "r",
+                                                     "--dry-run"))
+    assert list(bare.iterdir()) == []
     # stdin is not a terminal here: no prompt, as scripts always ran (and --yes says so explicitly).
     assert ok(invoke(tmp_path, "delete", "--branch", "main", "--yes")).strip() == "deleted 3 entries"
     assert ok(invoke(tmp_path, "quarantine", "--branch", "dev", "--reason", "r")).strip() == "quarantined 1 entry"
