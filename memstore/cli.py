@@ -410,7 +410,8 @@ def _read_input(content: str | None, path: Path | None, what: str) -> str:
         return str(content)
     if len(data) > MAX_LINE_BYTES:
         # Bounded read: an endless source (/dev/zero, a pipe) must not exhaust memory.
-        raise click.BadParameter(f"{source} holds more than {MAX_LINE_BYTES} bytes, more than a line may hold", param_hint=what)
+        raise click.BadParameter(f"{source} holds more than {MAX_LINE_BYTES} bytes, more than a line may hold",
+                                 param_hint=what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
