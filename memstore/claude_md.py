@@ -16,7 +16,7 @@ from pathlib import Path
 
 from memstore.auto_memory import STARTUP_BYTE_BUDGET, STARTUP_LINE_BUDGET
 from memstore.errors import InvalidArgumentError
-from memstore.files import atomic_write, ensure_dir
+from memstore.files import MAX_JSON_FILE_BYTES, atomic_write, ensure_dir, read_regular_file
 from memstore.hierarchy import AUTO_MEMORY_PARTS
 from memstore.models import AUTO_CURATED_TAG, MemoryEntry
 
@@ -40,12 +40,13 @@ class ClaudeMdExport:
 
 
 def _flat(text: str) -> str:
-    flat = " ".join(text.split()).encode("utf-8", "replace").decode("utf-8")
+    """One line of at most ITEM_CHARS; an HTML comment opener is escaped so no item can end the section."""
+    flat = " ".join(text.split()).encode("utf-8", "replace").decode("utf-8").replace("<!--", "&lt;!--")
     return flat if len(flat) <= ITEM_CHARS else flat[: ITEM_CHARS - 1] + "…"
 
 
 def _entry_item(entry: MemoryEntry) -> str:
-    tags = f" [{', '.join(entry.tags)}]" if entry.tags else ""
+    tags = f" [{_flat(', '.join(entry.tags))}]" if entry.tags else ""
     return f"- {_flat(entry.content)}{tags}"
 
 
@@ -123,7 +124,8 @@ def export_claude_md(
     workspace = Path(root)
     path = Path(output) if output is not None else workspace.joinpath(*AUTO_MEMORY_PARTS)
     try:
-        existing = path.read_bytes().decode("utf-8", errors="surrogateescape")
+        # Never through a link, never blocking on a FIFO, never unbounded.
+        existing = read_regular_file(path, max_bytes=MAX_JSON_FILE_BYTES).decode("utf-8", errors="surrogateescape")
     except FileNotFoundError:
         existing = ""
     before, after = _split(existing)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -352,6 +353,40 @@ def test_export_claude_md_keeps_a_persons_text_and_the_budget(tmp_path: Path) ->
     other = tmp_path / "elsewhere.md"
     ok(invoke(tmp_path, "export", "claude-md", "--output", str(other)))
     assert other.read_text(encoding="utf-8").startswith(BEGIN_MARKER)
+
+
+def test_export_is_idempotent_when_memories_quote_its_markers(tmp_path: Path) -> None:
+    """An entry, tag or note holding a marker (or a newline in a tag) cannot end or split the section."""
+    from memstore.claude_md import BEGIN_MARKER, END_MARKER
+
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add(f"see {END_MARKER} here")
+    catalog.add("tagged", tags=[f"x {BEGIN_MARKER}", "line\nbreak"])
+    TeamMemory(tmp_path).add(f"team {END_MARKER}")
+    out = tmp_path / "M.md"
+    out.write_text("mine\n", encoding="utf-8")
+    ok(invoke(tmp_path, "export", "claude-md", "--output", str(out)))
+    first = out.read_text(encoding="utf-8")
+    ok(invoke(tmp_path, "export", "claude-md", "--output", str(out)))
+    assert out.read_text(encoding="utf-8") == first
+    assert first.count(END_MARKER) == 1 and first.count("<!-- memstore:begin") == 1
+    section = first.split(BEGIN_MARKER, 1)[1]
+    assert all(line.startswith(("- ", "#")) or line in ("", END_MARKER) for line in section.splitlines()[1:])
+
+
+def test_export_never_blocks_on_or_follows_what_memory_md_is(tmp_path: Path) -> None:
+    """MEMORY.md under .claude/ is repository content: a FIFO or a link is refused, not read."""
+    out = tmp_path / ".claude" / "MEMORY.md"
+    out.parent.mkdir()
+    os.mkfifo(out)
+    fifo = invoke(tmp_path, "export", "claude-md")
+    assert fifo.exit_code == 1 and "MEMORY.md" in fifo.stderr
+    out.unlink()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside\n", encoding="utf-8")
+    out.symlink_to(secret)
+    linked = invoke(tmp_path, "export", "claude-md")
+    assert linked.exit_code == 1 and secret.read_text(encoding="utf-8") == "outside\n"
 
 
 def test_export_refuses_a_section_without_its_end_marker(tmp_path: Path) -> None:
