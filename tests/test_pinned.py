@@ -515,3 +515,19 @@ def test_pinned_json_that_is_not_a_regular_file_reads_as_empty(repo: Path, kind:
     store = PinnedFileStorage(repo)
     assert run_bounded(store.list_all) == []
     assert run_bounded(store.is_pinned, "src/app.py") is False
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # Windows drops trailing dots and spaces from every component: these open the secret itself.
+        "server.key.", "server.key ", ".git-credentials.", "x.pem. ", "secrets.json.", ".docker./config.json",
+        ".kube /config", ".ssh./id_rsa", ".npmrc. ",
+        # NTFS names a file's data stream ``name::$DATA``.
+        ".env::$DATA", "id_rsa:stream",
+        # Case-insensitive file systems fold case by Unicode rules (long s, Kelvin sign), not by lower().
+        "ſecrets.json", ".pgpaſſ", "KEYS/x.\u212aey",
+    ],
+)
+def test_secret_spellings_a_case_insensitive_or_windows_checkout_opens(name: str) -> None:
+    assert is_secret_path(name) is not None
