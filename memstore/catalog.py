@@ -424,7 +424,7 @@ class MemoryCatalog:
     def explain(self, query: str, *, limit: int = 10) -> SearchPlan:
         """Answer ``search(query, limit=limit)`` and report how: the index's steps, or why a scan answered."""
         tokens = query_tokens(query)
-        check_limit(limit)
+        limit = check_limit(limit)
         started = time.perf_counter()
         trace = SearchTrace()
         found: builtins.list[MemoryEntry] = []
@@ -488,7 +488,7 @@ class MemoryCatalog:
 
     def quarantined_records(self, *, limit: int = 20) -> builtins.list[QuarantinedEntry]:
         """Like :meth:`list_quarantined`, each entry with the provenance its line records."""
-        check_limit(limit)
+        limit = check_limit(limit)
         scanned = self._quarantine_scan.read()
         if limit == 0:
             return []

@@ -165,6 +165,20 @@ def _peel(name: str) -> list[str] | None:
     return None
 
 
+def _spellings(part: str) -> list[str]:
+    """The names one path component can open on the checkouts memstore runs on.
+
+    Case-insensitive file systems fold case by Unicode rules (``ſ`` is ``s``), and
+    Windows drops trailing dots and spaces and reads ``name:stream`` from ``name``.
+    """
+    folded = part.casefold()
+    spellings = [folded]
+    for bare in (folded.rstrip(". "), folded.partition(":")[0].rstrip(". ")):
+        if bare and bare not in spellings and folded not in (".", ".."):
+            spellings.append(bare)
+    return spellings
+
+
 def _rule_matches(rule: SecretRule, dirs: list[str], names: list[str]) -> bool:
     if rule.kind == "dir":
         return rule.pattern in dirs or rule.pattern in names
@@ -197,11 +211,11 @@ def is_secret_path(path: str) -> str | None:
     """
     if not isinstance(path, str):
         raise ArgumentTypeError(f"path must be a str, not {type(path).__name__}")
-    parts = [part.lower() for part in _components(path)]
+    parts = [_spellings(part) for part in _components(path)]
     if not parts:
         return None
-    dirs = [variant for part in parts[:-1] for variant in name_variants(part)]
-    names = name_variants(parts[-1])
+    dirs = [variant for spellings in parts[:-1] for spelling in spellings for variant in name_variants(spelling)]
+    names = [variant for spelling in parts[-1] for variant in name_variants(spelling)]
     for rule in SECRET_RULES:
         if _rule_matches(rule, dirs, names):
             return rule.rule

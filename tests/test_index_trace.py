@@ -193,3 +193,14 @@ def test_cli_search_explain(tmp_path: Path) -> None:
     plain = json.loads(_cli(tmp_path, "rareword", "--json"))
     assert [entry["memory_id"] for entry in plain["entries"]] == data["memory_ids"]
 
+
+
+@pytest.mark.parametrize("limit", [2**63, 10**400])
+def test_a_huge_limit_is_clamped_like_search(tmp_path: Path, limit: int) -> None:
+    # explain validated the limit but kept the unclamped value: OverflowError from SQLite.
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add(content="alpha beta")
+    catalog.add(content="alpha gamma")
+    plan = catalog.explain("alpha", limit=limit)
+    assert plan.path == "index"
+    assert list(plan.memory_ids) == [entry.memory_id for entry in catalog.search("alpha", limit=limit)]

@@ -515,3 +515,31 @@ def test_pinned_json_that_is_not_a_regular_file_reads_as_empty(repo: Path, kind:
     store = PinnedFileStorage(repo)
     assert run_bounded(store.list_all) == []
     assert run_bounded(store.is_pinned, "src/app.py") is False
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        # Windows drops trailing dots and spaces from every component: these open the secret itself.
+        "server.key.", "server.key ", ".git-credentials.", "x.pem. ", "secrets.json.", ".docker./config.json",
+        ".kube /config", ".ssh./id_rsa", ".npmrc. ",
+        # NTFS names a file's data stream ``name::$DATA``.
+        ".env::$DATA", "id_rsa:stream",
+        # Case-insensitive file systems fold case by Unicode rules (long s, Kelvin sign), not by lower().
+        "ſecrets.json", ".pgpaſſ", "KEYS/x.\u212aey",
+    ],
+)
+def test_secret_spellings_a_case_insensitive_or_windows_checkout_opens(name: str) -> None:
+    assert is_secret_path(name) is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(SECRET_NAMES),
+    cases=st.lists(st.booleans(), min_size=64, max_size=64),
+    tail=st.text(alphabet=". ", max_size=3),
+)
+def test_a_secret_stays_secret_under_any_case_and_windows_tail(name: str, cases: list[bool], tail: str) -> None:
+    # Any spelling a case-insensitive checkout or Windows opens as the secret is refused as the secret.
+    spelled = "".join(char.upper() if flip else char.lower() for char, flip in zip(name, cases * 4, strict=False))
+    assert is_secret_path(spelled + tail) is not None
