@@ -425,3 +425,26 @@ def test_a_write_ahead_log_planted_beside_a_good_index_is_not_replayed(tmp_path:
                      "INSERT INTO doc_fts(doc_fts) VALUES ('delete-all')")  # fmt: skip
     Path(f"{good}-wal").write_bytes(log)
     assert_matches_scan(project)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_multiprocessing_child_that_exits_leaves_no_log_to_rebuild_from(tmp_path: Path, method: str) -> None:
+    """A child ends with os._exit (fork) or its own shutdown (spawn): its index connection is
+    closed first, so the next open finds no stray log and keeps the index (no rebuild)."""
+    import multiprocessing
+
+    MemoryCatalog(tmp_path).add("seed entry")
+    process = multiprocessing.get_context(method).Process(target=_child_adds, args=(str(tmp_path),))
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    index_dir = tmp_path / ".teaagent" / "index"
+    assert not (index_dir / "memstore.sqlite3-wal").exists()
+    assert [e.content for e in MemoryCatalog(tmp_path).search("entry")] == ["child entry", "seed entry"]
+    assert not list(index_dir.glob("*.damaged-*"))
+
+
+def _child_adds(root: str) -> None:
+    catalog = MemoryCatalog(root)
+    catalog.add("child entry")
+    assert catalog.search("child")

@@ -9,6 +9,7 @@ or linked one is set aside for inspection and a new file is built (never in plac
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import enum
 import errno
@@ -18,8 +19,10 @@ import logging
 import os
 import sqlite3
 import stat
+import sys
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,6 +94,7 @@ class LockedConnection(sqlite3.Connection):
     """A connection that holds ``open.lock`` shared for as long as it lives (closed or collected)."""
 
     open_lock: io.FileIO | None = None
+    owner_pid: int = 0
 
     def close(self) -> None:
         try:
@@ -98,6 +102,35 @@ class LockedConnection(sqlite3.Connection):
         finally:
             if self.open_lock is not None:
                 self.open_lock.close()
+
+
+_LIVE: weakref.WeakSet[LockedConnection] = weakref.WeakSet()
+_EXIT_HOOK_PID = 0
+
+
+def _close_live_connections() -> None:
+    """Close this process's index connections at its exit, so SQLite folds their log back.
+
+    A log left beside an index that no connection holds is treated as planted and costs
+    a rebuild; a process that ends without closing (a multiprocessing child ends with
+    ``os._exit``) would leave one.  Connections inherited across fork are never touched.
+    """
+    for conn in list(_LIVE):
+        if conn.owner_pid == os.getpid():
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
+def _track(conn: LockedConnection) -> None:
+    global _EXIT_HOOK_PID
+    conn.owner_pid = os.getpid()
+    _LIVE.add(conn)
+    if conn.owner_pid != _EXIT_HOOK_PID:
+        _EXIT_HOOK_PID = conn.owner_pid
+        atexit.register(_close_live_connections)
+        mp_util = sys.modules.get("multiprocessing.util")
+        if mp_util is not None:  # a multiprocessing child runs these finalizers, not atexit
+            mp_util.Finalize(None, _close_live_connections, exitpriority=0)
 
 
 class _Verdict(enum.Enum):
@@ -168,6 +201,7 @@ class IndexFile:
                 self.set_aside(f"cannot open: {exc}", expected=_identity(st))
                 continue
             conn.open_lock = held
+            _track(conn)
             try:
                 configure(conn)
                 verdict = self._verify(conn, st)
