@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memstore.errors import ArgumentTypeError, InvalidArgumentError
-from memstore.models import MemoryEntry
+from memstore.models import MemoryEntry, tag_values
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,20 +26,10 @@ class EntryFilter:
         cls, *, tags: Iterable[str] = (), branch_name: str | None = None, run_id: str | None = None
     ) -> EntryFilter:
         """A checked filter; tags are normalised as entries' tags are (stripped, lowercased)."""
-        if isinstance(tags, (str, bytes)):
-            raise ArgumentTypeError("tags must be an iterable of str, not a single string")
-        try:
-            items = list(tags)
-        except TypeError:
-            raise ArgumentTypeError(f"tags must be an iterable of str, not {type(tags).__name__}") from None
-        wanted: set[str] = set()
-        for tag in items:
-            if not isinstance(tag, str):
-                raise ArgumentTypeError(f"tags must contain only str, got {type(tag).__name__}")
-            value = tag.strip().lower()
-            if not value:
-                raise InvalidArgumentError("a tag filter cannot be empty")
-            wanted.add(value)
+        values = tag_values(tags)
+        if not all(values):
+            raise InvalidArgumentError("a tag filter cannot be empty")
+        wanted = set(values)
         for name, given in (("branch_name", branch_name), ("run_id", run_id)):
             if given is not None and not isinstance(given, str):
                 raise ArgumentTypeError(f"{name} must be a str or None, not {type(given).__name__}")

@@ -28,20 +28,21 @@ def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
 
     A bare string is refused: iterating it would silently store one tag per character.
     """
+    return tuple(sorted({value for value in tag_values(tags) if value}))
+
+
+def tag_values(tags: Iterable[str]) -> list[str]:
+    """Each tag stripped and lowercased, in order (empties kept); type errors are ArgumentTypeError."""
     if isinstance(tags, (str, bytes)):
         raise ArgumentTypeError("tags must be an iterable of str, not a single string")
     try:
         items = list(tags)
     except TypeError:
         raise ArgumentTypeError(f"tags must be an iterable of str, not {type(tags).__name__}") from None
-    cleaned: set[str] = set()
     for tag in items:
         if not isinstance(tag, str):
             raise ArgumentTypeError(f"tags must contain only str, got {type(tag).__name__}")
-        value = tag.strip().lower()
-        if value:
-            cleaned.add(value)
-    return tuple(sorted(cleaned))
+    return [tag.strip().lower() for tag in items]
 
 
 def utc_now_iso() -> str:
