@@ -50,7 +50,7 @@ from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.index.db import IndexBusyError, IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
-from memstore.layout import ensure_store
+from memstore.layout import ensure_store, store_dir
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-STORE_DIRNAME = ".teaagent"
 CATALOG_FILENAME = "memory.jsonl"
 QUARANTINE_FILENAME = "memory-quarantine.jsonl"
 LOCK_FILENAME = "memory.lock"
@@ -86,7 +85,7 @@ class MemoryCatalog:
     """
 
     def __init__(self, root: str | os.PathLike[str] = ".", *, readonly: bool = False, use_index: bool = True):
-        self._setup(Path(root) / STORE_DIRNAME, readonly=readonly, private=False, use_index=use_index)
+        self._setup(store_dir(root), readonly=readonly, private=False, use_index=use_index)
         self.root = Path(root)
 
     @classmethod

@@ -36,7 +36,7 @@ from memstore.files import READ_CHUNK, open_regular, read_regular_file, storage_
 from memstore.index.card_index import CardIndex
 from memstore.index.db import IndexBusyError
 from memstore.json_array import JsonArrayFile, parse_array
-from memstore.layout import FAILURES_FILE, ensure_memory_dir
+from memstore.layout import FAILURES_FILE, ensure_memory_dir, store_dir
 from memstore.models import check_limit
 
 logger = logging.getLogger(__name__)
@@ -113,10 +113,10 @@ class FailureCardStorage:
         directory = ensure_memory_dir(self.root)
         self.path = directory / FAILURES_FILE
         self.lock_path = directory / "failures.lock"
-        self.config_path = self.root / ".teaagent" / "config.json"
+        self.config_path = store_dir(self.root) / "config.json"
         self._file = JsonArrayFile(self.path, self.lock_path)
         self._index: CardIndex | None = (
-            CardIndex(self.path, self.root / ".teaagent", load_records=records_from_bytes) if use_index else None
+            CardIndex(self.path, store_dir(self.root), load_records=records_from_bytes) if use_index else None
         )
 
     def reindex(self, *, full: bool = False) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memstore.errors import StorageError
+from memstore.layout import has_store
 
 if TYPE_CHECKING:
     from memstore.catalog import MemoryCatalog
@@ -42,7 +43,7 @@ def open_catalog(root: Path, *, for_reading: bool = False) -> MemoryCatalog:
     try:
         return MemoryCatalog(root)
     except StorageError:
-        if for_reading and (root / ".teaagent").is_dir():
+        if for_reading and has_store(root):
             return MemoryCatalog(root, readonly=True)
         raise
 
@@ -65,8 +66,6 @@ class Workspace:
         return self._catalog
 
     def has_store(self) -> bool:
-        from memstore.layout import has_store
-
         return has_store(self.root)
 
     @property
