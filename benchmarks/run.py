@@ -406,7 +406,7 @@ class Bench:
         read-only here) with the planner's ``search_rows``: no file open, no stat, no source-state
         check, no snapshot transaction.  Degrades to None (overhead not reported) if the index
         cannot be opened."""
-        from memstore.index.search import search_rows
+        from memstore.index.sqlite_search import search_rows
 
         try:
             conn = sqlite3.connect(f"{self.catalog.index_path.as_uri()}?mode=ro", uri=True, check_same_thread=False)

@@ -23,12 +23,16 @@ from memstore.models import memory_entry_from_payload
 
 # Characters chosen to break naive indexes: case folding that differs between Python
 # and SQLite, combining marks, emoji, NUL, lone surrogates, quotes and FTS syntax.
+# Whitespace Python splits on but the word index does not (U+3000, U+00A0, U+2028) and ASCII
+# whitespace it does split on (\x1c): terms are runs of letters, digits and non-ASCII.
 ALPHABET = ["a", "b", "c", "ab", "abc", "İ", "ẞ", "Σ", "ς", "ǅ", "K", "é", "e\u0301", "😀", "\x00", "\ud800",
-            " ", '"', "*", "-", ":", "^", "(", "\t", "\x01", "ß", "ı", "Ω", "x"]
+            " ", '"', "*", "-", ":", "^", "(", "\t", "\x01", "ß", "ı", "Ω", "x", "\u3000", "\xa0", "\u2028",
+            "\x1c", ".", "_", "a_b", "x.y"]
 QUERY_WORDS = ["a", "b", "ab", "abc", "bc", "c", "İ", "i̇", "ẞ", "ß", "σ", "ς", "ǆ", "k", "K", "é", "e\u0301",
                "😀", "\x00", "\ud800", "AND", "OR", "NEAR(", '"', "*", "col:x", "-x", "^x", "x", "auto",
-               "run-summary", "curated", "tag", "zzz", '"ab"', "a*"]
-TAGS = ["auto-curated", "run-summary", "Tag", "abc", "ǅx", "İ", "x y", "😀", "\ud800"]
+               "run-summary", "curated", "tag", "zzz", '"ab"', "a*", "a-b", "ab.c", "->", "b:", ".a", "é-x", "😀x",
+               "a_b", "x.y", "_", "b\x01", "y-", "ab_c"]
+TAGS = ["auto-curated", "run-summary", "Tag", "abc", "ǅx", "İ", "x y", "😀", "\ud800", "a-b", "x.y_z", "é\u3000b"]
 STAMPS = ["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00", "2025-12-31T23:59:59+00:00", "2026"]
 IDS = ["id1", "id2", "id3", "ÿ", "\ud800x"]
 
@@ -183,6 +187,37 @@ def apply(catalog: MemoryCatalog, op: tuple) -> None:
     st.lists(st.sampled_from(QUERY_WORDS), min_size=1, max_size=3).map(" ".join), min_size=1, max_size=4))
 def test_index_equals_scan_through_edits(tmp_path_factory: pytest.TempPathFactory, initial: list[bytes],
                                          ops: list[tuple], queries: list[str]) -> None:
+    _index_equals_scan_through_edits(tmp_path_factory, initial, ops, queries)
+
+
+FORCED = {
+    # Every column dense: no term sets at all, so every query walks.
+    "dense terms": {"TERM_CAP": 0},
+    # Tiny caps and no intersections: expansions of one column or both, then walks.
+    "expansions": {"CANDIDATE_CAP": 1, "AND_ROWS": 0},
+    # Walks interrupted at once: the word-index fallback, or the walk resumed.
+    "interrupted": {"CANDIDATE_CAP": 1, "WALK_SECONDS": 0.0},
+    "interrupted, no fallback": {"CANDIDATE_CAP": 1, "WALK_SECONDS": 0.0, "FALLBACK_CAP": 0, "MATCH_TERMS": 0},
+}
+
+
+@pytest.mark.parametrize("plan", FORCED)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(initial=lines, ops=operations, queries=st.lists(
+    st.lists(st.sampled_from(QUERY_WORDS), min_size=1, max_size=3).map(" ".join), min_size=1, max_size=4))
+def test_index_equals_scan_on_every_planner_path(tmp_path_factory: pytest.TempPathFactory, plan: str,
+                                                 initial: list[bytes], ops: list[tuple], queries: list[str]) -> None:
+    from memstore.index import search
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in FORCED[plan].items():
+            patch.setattr(search, name, value)
+        _index_equals_scan_through_edits(tmp_path_factory, initial, ops, queries)
+
+
+def _index_equals_scan_through_edits(tmp_path_factory: pytest.TempPathFactory, initial: list[bytes],
+                                     ops: list[tuple], queries: list[str]) -> None:
     root = tmp_path_factory.mktemp("diff")
     catalog = MemoryCatalog(root)
     write_raw(catalog.path, b"\n".join(initial) + b"\n")
@@ -207,6 +242,9 @@ PLANS = {
     # Walks that give way to one SQL pass after a few rows, and limits that always take one pass.
     "walks give way": {"CANDIDATE_CAP": 3, "WALK_ROWS": 0},
     "one pass": {"ONE_PASS_SHARE": 10**9},
+    "dense terms": {"TERM_CAP": 0, "CANDIDATE_CAP": 3},
+    "no intersections": {"CANDIDATE_CAP": 3, "AND_ROWS": 0},
+    "no word-index sets": {"CANDIDATE_CAP": 3, "MATCH_TERMS": 0, "WALK_SECONDS": 0.0},
 }
 
 

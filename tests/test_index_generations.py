@@ -27,7 +27,7 @@ from memstore.cards import FailureCard
 from memstore.catalog import MemoryCatalog
 from memstore.cli import main as cli_main
 from memstore.failure_cards import FailureCardStorage
-from memstore.index import search, source
+from memstore.index import search, source, sqlite_search
 from memstore.index.catalog_index import row_values
 from memstore.index.db import INDEX_DIRNAME, INDEX_FILENAME
 
@@ -348,7 +348,7 @@ def test_search_work_is_linear_in_the_rows_whatever_the_limit(
         ticks[0] += 1
         return ticks[0] * 0.001
 
-    monkeypatch.setattr(search, "time", types.SimpleNamespace(perf_counter=clock))
+    monkeypatch.setattr(sqlite_search, "time", types.SimpleNamespace(perf_counter=clock))
     monkeypatch.setattr(search, "WALK_SECONDS", 0.15)  # 150 progress calls: partway through the walk
     built = [0]
     keyed = [0]

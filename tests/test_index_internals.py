@@ -13,7 +13,7 @@ import pytest
 
 from memstore.catalog import MemoryCatalog
 from memstore.index.db import INDEX_DIRNAME, INDEX_FILENAME, SCHEMA_VERSION, IndexFile
-from memstore.index.search import Planner
+from memstore.index.sqlite_search import SqliteSearch
 
 
 def index_path(root: Path) -> Path:
@@ -32,12 +32,8 @@ def test_walk_reads_the_index_in_order_without_sorting(tmp_path: Path) -> None:
     """The top-k walk stops early only because SQLite streams rows in index order."""
     filled(tmp_path)
     conn = sqlite3.connect(index_path(tmp_path))
-    planner = Planner(conn, ["the"], 10, 50)
-    sql = (
-        f"{planner.select} FROM doc d INDEXED BY doc_walk WHERE d.bonus = :b AND {planner.match_sql}"
-        " ORDER BY d.created_at DESC, d.id"
-    )
-    plan = " | ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", {**planner.params, "b": 0}))
+    sql, params = SqliteSearch(conn, ["the"], restriction=None).walk_sql(0, ("2024", 3))
+    plan = " | ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
     assert "doc_walk" in plan
     assert "TEMP B-TREE" not in plan.upper(), plan
 

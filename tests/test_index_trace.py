@@ -53,8 +53,9 @@ def test_a_rare_word_is_narrowed_and_the_answer_is_the_search(tmp_path: Path) ->
     plan = catalog.explain("rareword")
     assert plan.path == "index" and plan.reason == ""
     assert plan.index_state == "not indexed"  # the first query builds it
-    assert [step.step for step in plan.steps] == ["narrow", "narrow", "read"]
-    probe, score, read = plan.steps
+    assert [step.step for step in plan.steps] == ["terms", "narrow", "narrow", "read"]
+    terms, probe, score, read = plan.steps
+    assert terms.detail == "terms containing 'rareword'" and terms.outcome.startswith("content: 1 terms")
     assert probe.candidates is not None and probe.candidates >= 3 and probe.outcome.startswith("few")
     assert score.candidates == probe.candidates
     assert read.candidates == 3
@@ -74,11 +75,13 @@ def test_a_common_word_expands_and_walks(tmp_path: Path) -> None:
         plan = catalog.explain("commonword ab")
         expected = _ids(catalog, "commonword ab")
     steps = [(step.step, step.detail) for step in plan.steps]
-    assert steps[0] == ("narrow", "rows the trigram index admits for every token")
-    assert plan.steps[0].candidates is None and "too many" in plan.steps[0].outcome
-    assert ("expand", "'commonword' in content") in steps
-    assert ("expand", "'commonword' in tags") in steps
-    assert ("expand", "'ab' in tags") in steps
+    assert steps[:2] == [("terms", "terms containing 'commonword'"), ("terms", "terms containing 'ab'")]
+    # No tag holds 'commonword': its tags column is known empty, so only its content is large.
+    assert plan.steps[0].outcome.endswith("tags: none")
+    together = plan.steps[2]
+    assert together.detail == "rows of 2 tokens together in the word index"
+    assert together.candidates is None and "too many" in together.outcome
+    assert ("expand", "'ab' in content and tags") in steps
     walks = [step for step in plan.steps if step.step == "walk"]
     assert walks and walks[0].detail.startswith("bonus class 6,")
     assert all(step.outcome for step in walks)
@@ -95,7 +98,7 @@ def test_a_walk_over_its_budget_shows_the_fallback(tmp_path: Path) -> None:
     walk = plan.steps[names.index("fallback") - 1]
     assert walk.step == "walk" and walk.outcome == "over its time budget"
     count = plan.steps[names.index("fallback")]
-    assert count.detail == "count the rows the trigram index admits" and count.candidates == 120
+    assert count.detail == "rows the word index admits for every token" and count.candidates == 120
     assert plan.memory_ids == expected == _ids(MemoryCatalog(tmp_path, use_index=False), "commonword", limit=10)
 
 
@@ -189,7 +192,7 @@ def test_cli_search_explain(tmp_path: Path) -> None:
     assert "STEP" in text and "narrow" in text and "read" in text
     data = json.loads(_cli(tmp_path, "rareword", "--explain", "--json"))
     assert data["path"] == "index" and data["results"] == 1
-    assert [step["step"] for step in data["steps"]] == ["narrow", "narrow", "read"]
+    assert [step["step"] for step in data["steps"]] == ["terms", "narrow", "narrow", "read"]
     plain = json.loads(_cli(tmp_path, "rareword", "--json"))
     assert [entry["memory_id"] for entry in plain["entries"]] == data["memory_ids"]
 

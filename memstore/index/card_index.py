@@ -28,6 +28,7 @@ from memstore.files import MAX_JSON_FILE_BYTES, read_fd
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import IndexFile, Populate
 from memstore.index.source import Change, PrefixDigest, SourceState
+from memstore.index.sqltext import encodable
 
 SOURCE_NAME = "failures"
 LoadRecords = Callable[[bytes], list[dict[str, Any]]]
@@ -36,14 +37,6 @@ VERIFY_BYTES = 1 << 20
 """Up to this size failures.json is re-read to check every card an answer returns."""
 
 ACTIVE_SQL = "invalidated = 0 AND (expires_at IS NULL OR expires_at > :now)"
-
-
-def _encodable(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class CardIndex(IndexedSource):
@@ -85,7 +78,7 @@ class CardIndex(IndexedSource):
                 continue
             row_id = order + 1
             # Strings SQLite cannot bind (lone surrogates) keep the card out of SQL matching.
-            odd = not (_encodable(card.id) and _encodable(card.file_path) and _encodable(card.error_type))
+            odd = not (encodable(card.id) and encodable(card.file_path) and encodable(card.error_type))
             rows.append(
                 (
                     row_id,
@@ -165,11 +158,11 @@ class CardIndex(IndexedSource):
 
         def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> list[FailureCard]:
             params: dict[str, Any] = {"now": now, "k": limit, "kw": json.dumps(sorted(keywords))}
-            usable = [path for path in paths if path and _encodable(path)]
+            usable = [path for path in paths if path and encodable(path)]
             params.update({f"p{i}": path for i, path in enumerate(usable)})
             path_sql = " OR ".join(f"instr(file_path, :p{i}) > 0" for i in range(len(usable))) or "0"
             error_sql = "0"
-            if error_type and _encodable(error_type):
+            if error_type and encodable(error_type):
                 params["e"] = error_type
                 error_sql = "error_type = :e"
             sql = (
@@ -210,7 +203,7 @@ class CardIndex(IndexedSource):
 
         def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> list[FailureCard]:
             found: list[tuple[int, FailureCard]] = []
-            if _encodable(card_id):
+            if encodable(card_id):
                 row = conn.execute(
                     "SELECT id, data FROM card WHERE card_id = ? ORDER BY id LIMIT 1", (card_id,)
                 ).fetchone()

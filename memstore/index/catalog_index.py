@@ -14,18 +14,22 @@ import json
 import os
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from memstore.entry_filter import NO_FILTER, EntryFilter
 from memstore.files import iter_raw_lines, open_for_read
+from memstore.index import vocabulary
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
 from memstore.index.restrict import restriction_for
-from memstore.index.search import Hit, Planner, PlannerFactory, search_rows, sql_safe
+from memstore.index.search import Hit, Planner, PlannerFactory
 from memstore.index.source import Change, PrefixDigest, SourceState
+from memstore.index.sqlite_search import search_rows
+from memstore.index.sqltext import encodable, sql_safe
+from memstore.index.terms import has_long_run
 from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry, memory_matches, memory_relevance_score, tag_bonus
 from memstore.scan import ScanResult
@@ -33,10 +37,6 @@ from memstore.scan import ScanResult
 SOURCE_NAME = "memory"
 BATCH_ROWS = 20_000
 BULK_HASHSIZE = 64 * 1024 * 1024
-
-T = TypeVar("T")
-Progress = Callable[[int, int], None]
-
 
 @dataclass(frozen=True, slots=True)
 class RewritePlan:
@@ -68,6 +68,8 @@ class _Ingest:
     pos: list[tuple[int, int, int]] = field(default_factory=list)
     fts: list[tuple[int, str, str]] = field(default_factory=list)
     tags: list[tuple[int, str]] = field(default_factory=list)
+    terms: Counter[tuple[int, str]] = field(default_factory=Counter)
+    """(kind, term) -> rows of this batch holding it (bulk builds read the vocabulary from FTS5 instead)."""
     tag_ids: dict[str, int] = field(default_factory=dict)
     """tag -> tid as read or assigned in this catch-up's transaction, and never beyond it."""
 
@@ -80,9 +82,10 @@ def row_values(entry: MemoryEntry) -> RowValues:
 
     ``c`` is Python's ``content.lower()`` and ``t`` the tags joined by newlines (a
     token never holds whitespace, so it cannot span two tags).  Entries SQLite cannot
-    hold exactly (lone surrogates, NUL), and entries with a newline inside a tag (``t``
-    would not say where one tag ends, which the tag filter needs), become *odd* rows,
-    scored and filtered in Python.
+    hold exactly (lone surrogates, NUL), entries with a newline inside a tag (``t``
+    would not say where one tag ends, which the tag filter needs) and entries with a run
+    of term characters too long for one FTS5 term become *odd* rows, scored and filtered
+    in Python.
     """
     content = entry.content.lower()
     tags = "\n".join(entry.tags)
@@ -90,10 +93,11 @@ def row_values(entry: MemoryEntry) -> RowValues:
         sql_safe(content)
         and sql_safe(tags)
         and not any("\n" in tag for tag in entry.tags)
-        and _encodable(entry.memory_id)
-        and _encodable(entry.created_at)
-        and sql_safe(entry.branch_name or "")
-        and sql_safe(entry.run_id or "")
+        and encodable(entry.memory_id)
+        and encodable(entry.created_at)
+        and sql_safe(entry.branch_name)
+        and sql_safe(entry.run_id)
+        and not has_long_run((content, tags))
     ):
         return (
             entry.memory_id,
@@ -106,16 +110,6 @@ def row_values(entry: MemoryEntry) -> RowValues:
             0,
         )
     return (None, "", "", None, 0, None, None, 1)
-
-
-def _encodable(value: str | None) -> bool:
-    if value is None:
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 MAX_TAG_PIECES = 32
@@ -274,7 +268,9 @@ class CatalogIndex(IndexedSource):
                     self._progress(raw.end, total)
         self._flush(conn, ingest)
         if ingest.bulk:
+            # The word index and its vocabulary are built in C, in one pass over the rows.
             conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('rebuild')")
+            vocabulary.load_from_fts(conn)
         if self._progress is not None:
             self._progress(total, total)
         SourceState.of_file(
@@ -302,6 +298,8 @@ class CatalogIndex(IndexedSource):
         ingest.fts.append((row_id, values[1], values[2]))
         if not values[-1]:
             ingest.tags.extend((row_id, tag) for tag in entry.tags)
+            if not ingest.bulk:
+                vocabulary.row_terms(ingest.terms, values[1], values[2])
 
     def _flush(self, conn: sqlite3.Connection, ingest: _Ingest) -> None:
         if ingest.docs:
@@ -312,6 +310,7 @@ class CatalogIndex(IndexedSource):
             conn.executemany("INSERT INTO pos(id, off, len) VALUES (?,?,?)", ingest.pos)
         if ingest.fts and not ingest.bulk:
             conn.executemany("INSERT INTO doc_fts(rowid, c, t) VALUES (?,?,?)", ingest.fts)
+            vocabulary.add(conn, ingest.terms)
         if ingest.tags:
             tag_ids = ingest.tag_ids
             counts = Counter(tag for _row, tag in ingest.tags)
@@ -337,6 +336,7 @@ class CatalogIndex(IndexedSource):
         ingest.pos.clear()
         ingest.fts.clear()
         ingest.tags.clear()
+        ingest.terms.clear()
 
     def _clear(self, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM doc")
@@ -344,16 +344,20 @@ class CatalogIndex(IndexedSource):
         conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('delete-all')")
         conn.execute("DELETE FROM entry_tag")
         conn.execute("DELETE FROM tagvocab")
+        vocabulary.clear(conn)
 
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
-        """Remove rows, their FTS entries and their tags (tag counts stay exact)."""
+        """Remove rows, their FTS entries, their terms and their tags (counts stay exact)."""
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
-            _delete_tags(
-                conn, conn.execute(f"SELECT id, t FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
-            )
+            held = conn.execute(f"SELECT id, c, t FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
+            _delete_tags(conn, [(row_id, tags) for row_id, _content, tags in held])
+            terms: vocabulary.TermCounts = Counter()
+            for _row_id, content, tags in held:
+                vocabulary.row_terms(terms, content, tags)
+            vocabulary.remove(conn, terms)
             conn.execute(
                 f"INSERT INTO doc_fts(doc_fts, rowid, c, t) SELECT 'delete', id, c, t FROM doc WHERE id IN ({marks})",
                 chunk,
@@ -440,7 +444,7 @@ class CatalogIndex(IndexedSource):
 
         def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[str]:
             found = {entry.memory_id for _i, _o, _l, entry in self._odd_rows(conn, fd)}
-            if _encodable(prefix):
+            if encodable(prefix):
                 rows = conn.execute(
                     "SELECT DISTINCT mid FROM doc WHERE mid >= ? ORDER BY mid LIMIT ?", (prefix, limit)
                 ).fetchall()
@@ -460,7 +464,7 @@ class CatalogIndex(IndexedSource):
             for mid in memory_ids:
                 before = [other for other in odd if other < mid]
                 after = [other for other in odd if other > mid]
-                if _encodable(mid):
+                if encodable(mid):
                     below = conn.execute("SELECT max(mid) FROM doc WHERE mid < ?", (mid,)).fetchone()[0]
                     above = conn.execute("SELECT min(mid) FROM doc WHERE mid > ?", (mid,)).fetchone()[0]
                     before += [below] if below is not None else []
@@ -475,7 +479,7 @@ class CatalogIndex(IndexedSource):
 
         def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
             candidates: builtins.list[tuple[int, MemoryEntry]] = []
-            if _encodable(memory_id):
+            if encodable(memory_id):
                 row = conn.execute(
                     "SELECT doc.id, off, len FROM doc JOIN pos ON pos.id = doc.id WHERE mid = ?"
                     " ORDER BY doc.id LIMIT 1",
@@ -608,6 +612,7 @@ class CatalogIndex(IndexedSource):
                     fts_ok = True
                 except sqlite3.DatabaseError:
                     fts_ok = False
+                vocab_wrong = vocabulary.differences(conn) if fts_ok else 0
             except DatabaseFault as exc:
                 return {
                     "equal": False,
@@ -616,14 +621,14 @@ class CatalogIndex(IndexedSource):
                     "scanned": len(scanned.entries),
                 }
             missing = max(0, len(scanned.entries) - indexed)
-            equal = not (differing or missing or orphans or orphan_tags) and integrity == "ok" and fts_ok
+            equal = not (differing or missing or orphans or orphan_tags or vocab_wrong) and integrity == "ok" and fts_ok
             if not equal:
                 self._write(self._forget_state)
         summary = (
             "index equals a fresh scan"
             if equal
             else f"index differs: {differing} rows differ, {missing} missing, {orphans} orphaned,"
-            f" {orphan_tags} tag rows wrong,"
+            f" {orphan_tags} tag rows wrong, {vocab_wrong} vocabulary terms wrong,"
             f" {indexed} indexed vs {len(scanned.entries)} scanned, sqlite check {integrity!r},"
             f" fts check {'ok' if fts_ok else 'failed'}; the next reindex rebuilds it"
         )

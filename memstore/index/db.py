@@ -32,8 +32,8 @@ from memstore.index.trust import Generation, origin_problem, record_origin, sche
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
-SCHEMA_REVISION = "0003"
+SCHEMA_VERSION = 4
+SCHEMA_REVISION = "0004"
 INDEX_DIRNAME = "index"
 INDEX_FILENAME = "memstore.sqlite3"
 BUSY_TIMEOUT_MS = 10_000

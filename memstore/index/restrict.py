@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from memstore.entry_filter import EntryFilter
-from memstore.index.search import sql_safe
+from memstore.index.sqltext import sql_safe
 
 
 @dataclass(frozen=True, slots=True)

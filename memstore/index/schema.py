@@ -5,7 +5,7 @@ Imported only when an index is created or migrated: SQLAlchemy costs ~160 ms to 
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, LargeBinary, MetaData, Table, Text, text
+from sqlalchemy import Column, Float, Index, Integer, LargeBinary, MetaData, Table, Text, UniqueConstraint, text
 
 metadata = MetaData()
 
@@ -69,6 +69,18 @@ entry_tag = Table(
     sqlite_with_rowid=False,
 )
 
+# The vocabulary of the word index: every term of doc_fts, per column (kind 0 content,
+# 1 tags), with how many rows hold it (an estimate for the planner, never for answers).
+term = Table(
+    "term",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("kind", Integer, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("n", Integer, nullable=False),
+    UniqueConstraint("kind", "text", name="term_kind_text"),
+)
+
 card = Table(
     "card",
     metadata,
@@ -105,4 +117,4 @@ origin = Table(
 
 # Created by the migrations as raw DDL (SQLAlchemy cannot express them); listed here so
 # tests can compare a migrated database with this declaration.
-RAW_OBJECTS = ("doc_walk", "doc_odd", "doc_fts", "card_odd", "doc_branch", "doc_run")
+RAW_OBJECTS = ("doc_walk", "doc_odd", "doc_fts", "card_odd", "doc_branch", "doc_run", "term_tri", "term_gram")

@@ -26,10 +26,13 @@ CREATE_STATEMENTS: tuple[str, ...] = (
     'CREATE INDEX doc_walk ON doc(bonus, created_at DESC, id)',
     'CREATE INDEX doc_odd ON doc(odd) WHERE odd = 1',
     'CREATE INDEX card_odd ON card(odd) WHERE odd = 1',
-    "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, content='doc', content_rowid='id', tokenize='trigram case_sensitive 1', detail=column)",
     'CREATE TABLE origin (\n\tid INTEGER NOT NULL, \n\tdev INTEGER NOT NULL, \n\tino INTEGER NOT NULL, \n\tmachine TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE INDEX doc_branch ON doc(br) WHERE br IS NOT NULL',
     'CREATE INDEX doc_run ON doc(run) WHERE run IS NOT NULL',
+    "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, content='doc', content_rowid='id', tokenize='ascii', detail=column)",
+    'CREATE TABLE term (\n\tid INTEGER NOT NULL, \n\tkind INTEGER NOT NULL, \n\ttext TEXT NOT NULL, \n\tn INTEGER NOT NULL, \n\tPRIMARY KEY (id), \n\tCONSTRAINT term_kind_text UNIQUE (kind, text)\n)',
+    "CREATE VIRTUAL TABLE term_tri USING fts5(c, t, content='', tokenize='trigram case_sensitive 1', detail=column)",
+    "CREATE VIRTUAL TABLE term_gram USING fts5(c, t, content='', tokenize='ascii', detail=column)",
 )
 
 

@@ -1,56 +1,70 @@
-"""Exact top-k search over the indexed catalog rows.
+"""Exact top-k search over indexed catalog rows: the planner, the same on every backend.
 
 Scores are small integers: +3 per token in the (Python-lowered) content, +2 per
-token in some tag, plus the row's tag bonus.  The order is score desc,
-created_at desc, file order.  The planner never scores every row for a common
-token; it combines three exact pieces:
+token in some tag, plus the row's tag bonus; the order is score desc, created_at
+desc, file order (DESIGN.md §4).  A backend supplies the SQL
+(:class:`SearchQueries`: term lookups, row sets, exact scoring, walks); this module
+decides which of those run, so the semantics live here once.
 
-1. *Narrow*: when the FTS5 trigram index (or the tag table) says few rows can
-   match, score exactly those rows in SQL.
-2. *Expand*: for each token and column whose hits are few, score those rows
-   exactly; every other row then provably lacks that token in that column, which
-   lowers the best score such a row can reach.
-3. *Walk*: walk the remaining rows per bonus class, newest first, scoring each,
-   and stop as soon as no later row of the class can still enter the top k.
-   A walk that runs long switches to one exact pass over the trigram candidates
-   when they are few, or else carries on from the row it had reached.
+The word index files each row under its terms (see :mod:`memstore.index.terms`):
+the rows that may hold a token are the rows of the terms containing its pieces, and
+the vocabulary is small enough that finding those terms is cheap even for one- and
+two-character tokens.  The planner combines exact pieces:
 
-When ``k`` is large next to the catalog the walk cannot stop early, so every row
-is scored in one SQL pass instead.  The top k is a heap (O(log k) a row), so no
-plan costs more than a constant factor over one pass over the rows: the indexed
-search is never slower than the scan, whatever the limit.
+1. *Terms*: each token's terms per column, with an upper bound of their rows.  A
+   token no term can hold matches nothing, and the search ends at once.
+2. *Narrow*: when the rarest token (or the intersection of the rare ones) leaves
+   few rows, score exactly those rows.
+3. *Expand*: for each token and column whose rows are few, score those rows
+   outright; every other row then provably lacks the token there, which lowers the
+   best score such a row can reach.  When both columns are large but the rows holding
+   the token in both are few, those are expanded instead.
+4. *Walk*: walk the remaining rows per bonus class, newest first, scoring each, and
+   stop as soon as no later row of the class can still enter the top k.  A walk that
+   runs long switches to one exact pass over the rows the word index admits for every
+   token, when they are few, or else carries on from the row it had reached.
 
-Rows SQLite cannot hold exactly (lone surrogates, NUL) are kept out of SQL and
-scored in Python by the caller; tokens containing such characters skip SQL.
+When ``k`` is large next to the catalog the walk cannot stop early, so every row is
+scored in one SQL pass instead.  The top k is a heap (O(log k) a row), so no plan
+costs more than a constant factor over one pass over the rows.
+
+Row sets from the word index are supersets of the rows holding a token (exact for a
+token of one piece); every candidate is scored by the backend's exact substring test,
+so no answer depends on the terms beyond speed.  Rows SQL cannot hold exactly (lone
+surrogates, NUL, runs longer than a term may be) are the caller's, scored in Python.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
-import sqlite3
-import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from contextlib import closing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from memstore.index.db import IndexBusyError
+from memstore.index.terms import CONTENT, TAGS, TermSet, pieces
 from memstore.models import AUTO_CURATED_BONUS, CONTENT_POINTS, RUN_SUMMARY_BONUS, TAG_POINTS, Descending
-
-if TYPE_CHECKING:
-    from memstore.index.restrict import Restriction
 
 BONUS_CLASSES = (AUTO_CURATED_BONUS + RUN_SUMMARY_BONUS, AUTO_CURATED_BONUS, RUN_SUMMARY_BONUS, 0)
 CANDIDATE_CAP = 4000
-"""Sets of candidate rows up to this size are fetched and scored outright (about 3 µs a row);
+"""Sets of candidate rows up to this size are fetched and scored outright (about 1-3 µs a row);
 larger ones are left to the walk, whose cost does not grow with the catalog."""
+AND_ROWS = 150_000
+"""Tokens whose terms cover at most this many rows are intersected by the word index when no
+single one is rare: the intersection costs about a tenth of a microsecond a row."""
+TERM_CAP = 200
+"""Terms per piece and column beyond which the column is *dense* for the piece: a set over that
+many terms costs more to evaluate than the walk it would save."""
+MATCH_TERMS = 2000
+"""Terms one word-index expression may name; a longer one (a long pasted query) is not built."""
 PROGRESS_OPS = 200
 WALK_SECONDS = 0.015
 """How long one class walk may run before a cheaper exact pass is considered.  Either path
 gives the exact answer; the budget only decides which one is taken."""
 FALLBACK_CAP = 20_000
-"""An interrupted walk scores the FTS candidates outright when there are fewer than this."""
+"""An interrupted walk scores the word-index candidates outright when there are fewer than this."""
 FETCH = 256
 WALK_ROWS = 16_000
 """Walks that bring more rows than this (or four times the limit) into Python give way to one pass."""
@@ -62,7 +76,7 @@ MAX_SQL_TOKENS = 2000
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """A scored row: ``key`` orders hits exactly as the spec does."""
+    """A scored row: ``sort_key`` orders hits exactly as the spec does."""
 
     score: int
     created_at: str
@@ -70,39 +84,6 @@ class Hit:
 
     def sort_key(self) -> tuple[int, Descending, int]:
         return (-self.score, Descending(self.created_at), self.row_id)
-
-
-def balanced(terms: Sequence[str], operator: str) -> str:
-    """``terms`` joined by ``operator`` as a balanced parenthesised tree."""
-    if len(terms) == 1:
-        return terms[0]
-    middle = len(terms) // 2
-    return f"({balanced(terms[:middle], operator)} {operator} {balanced(terms[middle:], operator)})"
-
-
-def sql_safe(token: str) -> bool:
-    """Tokens SQLite compares exactly: encodable as UTF-8 and without NUL."""
-    if "\x00" in token:
-        return False
-    try:
-        token.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def fts_phrase(token: str) -> str | None:
-    """An FTS5 expression every row containing ``token`` matches, or None when it cannot be looked up.
-
-    The index keeps column-level detail (no positions, a smaller index), so a token
-    becomes the AND of its distinct trigrams, each quoted as a literal.  That is a
-    superset of the rows containing the token; every candidate is verified with
-    ``instr`` before it is scored.
-    """
-    if len(token) < 3 or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in token):
-        return None
-    grams = dict.fromkeys(token[i : i + 3] for i in range(len(token) - 2))
-    return "(" + " AND ".join('"' + gram.replace('"', '""') + '"' for gram in grams) + ")"
 
 
 Rank = tuple[int, str, int]
@@ -127,6 +108,10 @@ class TopK:
         elif rank > self.heap[0][0]:
             heapq.heapreplace(self.heap, (rank, hit))
 
+    def offer_all(self, hits: Sequence[Hit]) -> None:
+        for hit in hits:
+            self.offer(hit)
+
     def result(self) -> list[Hit]:
         return sorted((hit for _rank, hit in self.heap), key=Hit.sort_key)
 
@@ -141,95 +126,221 @@ class TopK:
         return len(self.heap) < self.k or (score, created_at, -row_id) > self.heap[0][0]
 
 
+# ---------------------------------------------------------------- word-index expressions
+
+
+@dataclass(frozen=True, slots=True)
+class Has:
+    """Rows with at least one of ``terms`` in the column ``kind`` (CONTENT or TAGS)."""
+
+    kind: int
+    terms: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllOf:
+    parts: tuple[Match, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    parts: tuple[Match, ...]
+
+
+Match = Has | AllOf | AnyOf
+"""A set of rows the word index can produce: backends compile it to their own SQL."""
+
+
+def term_count(match: Match) -> int:
+    if isinstance(match, Has):
+        return len(match.terms)
+    return sum(term_count(part) for part in match.parts)
+
+
+def all_of(parts: Sequence[Match]) -> Match:
+    return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
+
+
+def any_of(parts: Sequence[Match]) -> Match:
+    return parts[0] if len(parts) == 1 else AnyOf(tuple(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """What the word index knows about one token in one column.
+
+    ``match`` holds every row holding the token in this column (None: unknown, the column
+    is dense or the token has no pieces); ``rows`` bounds its size; ``impossible`` means no
+    row can hold the token here.
+    """
+
+    match: Match | None
+    rows: int
+    impossible: bool = False
+
+
+UNKNOWN = Column(None, 0)
+IMPOSSIBLE = Column(None, 0, impossible=True)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTerms:
+    """A query token (with how often it was given) and its word-index columns."""
+
+    token: str
+    multiplicity: int
+    content: Column
+    tags: Column
+
+    @property
+    def impossible(self) -> bool:
+        return self.content.impossible and self.tags.impossible
+
+    @property
+    def whole(self) -> Match | None:
+        """Every row holding the token somewhere, when both columns are known (or impossible)."""
+        parts = [column.match for column in (self.content, self.tags) if not column.impossible]
+        if any(part is None for part in parts):
+            return None
+        known = [part for part in parts if part is not None]
+        return any_of(known) if known else None
+
+    @property
+    def rows(self) -> int:
+        return self.content.rows + self.tags.rows
+
+
+def column_of(kind: int, sets: Sequence[TermSet]) -> Column:
+    """One column of a token from the term sets of its pieces: every piece must lie inside a term."""
+    if not sets:
+        return UNKNOWN
+    if any(found.empty for found in sets):
+        return IMPOSSIBLE
+    known = [found for found in sets if found.terms is not None]
+    if not known:
+        return UNKNOWN
+    match = all_of([Has(kind, found.terms) for found in known if found.terms is not None])
+    return Column(match, min(found.rows for found in known))
+
+
+# ---------------------------------------------------------------- what a backend supplies
+
+WalkRow = tuple[int, int, str]
+"""(row id, exact score, created_at) of a walked row."""
+
+
+class WalkInterrupted(Exception):
+    """A walk ran past its time budget (the backend stopped the statement)."""
+
+
+class SearchQueries(Protocol):
+    """The SQL of one search on one backend, bound to its tokens and restriction.
+
+    Every method is exact for the rows the backend holds in SQL.  Scores and matching
+    use the backend's exact substring test over Python-lowered text.
+    """
+
+    restriction_impossible: bool
+    """The filter can admit no SQL-held row (only the caller's odd rows can match)."""
+    filtered: bool
+    """A filter restricts the rows (``restricted`` may then narrow to them)."""
+
+    def lookup(self, piece: str, cap: int) -> tuple[TermSet, TermSet]:
+        """The content and tag terms containing ``piece`` (None terms when more than ``cap``)."""
+        ...
+
+    def ids(self, match: Match, cap: int) -> set[int] | None:
+        """Ids of the rows ``match`` admits, when fewer than ``cap``; else None."""
+        ...
+
+    def score_ids(self, ids: set[int], k: int) -> list[Hit]:
+        """The best ``k`` of these rows that match every token (and the filter), ordered."""
+        ...
+
+    def restricted(self, cap: int, k: int) -> list[Hit] | None:
+        """When fewer than ``cap`` rows pass the filter, the best ``k`` of them; else None."""
+        ...
+
+    def score_all(self, k: int) -> list[Hit]:
+        """The best ``k`` matching rows of the whole catalog in one pass, ordered."""
+        ...
+
+    def walk(
+        self, bonus: int, after: tuple[str, int] | None, seconds: float | None
+    ) -> Generator[list[WalkRow], None, None]:
+        """Matching rows of one bonus class, newest first, in batches, starting after ``after``.
+
+        With ``seconds``, raises WalkInterrupted once the walk has run that long.
+        """
+        ...
+
+
 class _WalkTooLong(Exception):
     """The walks have visited more rows than a single scoring pass would cost."""
 
 
-class Planner:
-    """Plans and runs one search over a consistent read snapshot."""
+class QueryTooLargeError(IndexBusyError):
+    """More distinct tokens than one SQL statement can bind; the caller scans instead."""
 
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        tokens: Sequence[str],
-        k: int,
-        total_rows: int,
-        *,
-        restriction: Restriction | None = None,
-    ) -> None:
-        self.conn = conn
-        self.restriction = restriction
+
+class Planner:
+    """Plans and runs one search over a consistent read snapshot of one backend."""
+
+    def __init__(self, queries: SearchQueries, tokens: Sequence[str], k: int, total_rows: int) -> None:
+        self.q = queries
         self.k = k
         self.counts = Counter(tokens)
         self.tokens = list(self.counts)
-        self.params = {f"p{i}": token for i, token in enumerate(self.tokens)}
         self.total_rows = total_rows
         # Candidates up to about twice the limit are scored outright: a walk would visit as many.
         self.cap = max(CANDIDATE_CAP, min(2 * k, FALLBACK_CAP))
         self.walked = 0
         self.walk_cap = max(WALK_ROWS, 4 * k)
         """Rows the walks may bring into Python before one SQL pass over every row is cheaper."""
-        self.long_query: str | None = None
-        # Balanced trees keep the expression depth logarithmic in the number of tokens
-        # (SQLite caps it at 1000), so long pasted queries still run in SQL.
-        self.match_sql = balanced(
-            [f"(instr(d.c, :p{i}) > 0 OR instr(d.t, :p{i}) > 0)" for i in range(len(self.tokens))], "AND"
-        )
-        if restriction is not None:
-            # A filter is one more term of the match: every piece below stays exact with it.
-            # The filter goes first: it reads short columns, so rows it rejects skip the content.
-            self.match_sql = f"{restriction.sql} AND {self.match_sql}"
-            self.params.update(restriction.params)
-        self.score_sql = balanced(
-            [
-                f"({CONTENT_POINTS * m} * (instr(d.c, :p{i}) > 0) + {TAG_POINTS * m} * (instr(d.t, :p{i}) > 0))"
-                for i, m in enumerate(self.counts.values())
-            ]
-            + ["d.bonus"],
-            "+",
-        )
-        self.select = f"SELECT d.id, {self.score_sql} AS s, d.created_at"
+        self.terms: list[TokenTerms] = []
 
-    # -- the three pieces ---------------------------------------------------------
+    # ------------------------------------------------------------------ the plan
 
     def run(self) -> list[Hit]:
-        top = TopK(self.k)
-        if self.restriction is not None and self.restriction.impossible:
+        if self.q.restriction_impossible:
             return []
-        phrases = [fts_phrase(token) for token in self.tokens]
-        long_phrases = [p for p in phrases if p is not None]
-        if long_phrases:
-            self.long_query = " AND ".join(long_phrases)
-            candidates = self._few_fts(self.long_query)
-            if candidates is not None:
-                self._score_ids(candidates, top)
-                return top.result()
-        if self.restriction is not None:
-            narrow = self.restriction.narrowest(self.conn, self.cap)
-            if narrow is not None:
-                # Few rows pass the filter: score all of them, starting from the filter's index.
-                self._score_where(narrow, top)
-                return top.result()
+        self.terms = [self._token_terms(token, self.counts[token]) for token in self.tokens]
+        if any(found.impossible for found in self.terms):
+            return []
+        narrowed = self._narrow()
+        if narrowed is not None:
+            return narrowed
+        restricted = self._restricted() if self.q.filtered else None
+        if restricted is not None:
+            return restricted
         if self.k * ONE_PASS_SHARE >= self.total_rows:
-            return self._ordered(self._score_all_cursor())
+            return self._score_all()
+        top = TopK(self.k)
         expanded: set[int] = set()
         ceiling = 0
-        for token, phrase, multiplicity in zip(self.tokens, phrases, self.counts.values(), strict=True):
-            content_ids = self._few_fts(f"c : {phrase}") if phrase is not None else None
-            tag_ids = self._few_tagged(token)
-            if content_ids is not None and tag_ids is not None:
-                # Every matching row has this token in the content or a tag: all are expanded.
-                self._score_ids(content_ids | tag_ids, top)
+        for found in self.terms:
+            content = self._expand_column(found, CONTENT)
+            tags = self._expand_column(found, TAGS)
+            if content is not None and tags is not None:
+                # Every matching row holds this token in one of the two sets: score them all.
+                top.offer_all(self._score_ids(content | tags))
                 return top.result()
-            if content_ids is not None:
-                expanded |= content_ids
+            if content is not None:
+                expanded |= content
+                ceiling += TAG_POINTS * found.multiplicity
+            elif tags is not None:
+                expanded |= tags
+                ceiling += CONTENT_POINTS * found.multiplicity
             else:
-                ceiling += CONTENT_POINTS * multiplicity
-            if tag_ids is not None:
-                expanded |= tag_ids
-            else:
-                ceiling += TAG_POINTS * multiplicity
-        self._score_ids(expanded, top)
+                both = self._expand_both(found)
+                if both is not None:
+                    # The rows holding the token in both columns are scored; any other row
+                    # holds it in one column at most.
+                    expanded |= both
+                    ceiling += max(CONTENT_POINTS, TAG_POINTS) * found.multiplicity
+                else:
+                    ceiling += (CONTENT_POINTS + TAG_POINTS) * found.multiplicity
+        top.offer_all(self._score_ids(expanded))
         try:
             for bonus in BONUS_CLASSES:
                 if self._walk_class(bonus, ceiling + bonus, expanded, top):
@@ -237,124 +348,139 @@ class Planner:
         except _WalkTooLong:
             # The walk cannot stop early for this query: one pass in SQL costs less than
             # bringing every row into Python, and gives the whole answer by itself.
-            return self._ordered(self._score_all_cursor())
+            return self._score_all()
         return top.result()
 
-    def _score_all_cursor(self) -> sqlite3.Cursor:
-        """One exact pass over every row: SQL scores, sorts and keeps the top k."""
-        sql = f"{self.select} FROM doc d WHERE {self.match_sql} ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
-        return self.conn.execute(sql, {**self.params, "k": self.k})
-
-    @staticmethod
-    def _ordered(cursor: sqlite3.Cursor) -> list[Hit]:
-        """Rows of one statement ordered as ``Hit.sort_key`` orders (score, created_at desc, id)."""
-        return [Hit(score, created_at, row_id) for row_id, score, created_at in cursor]
-
-    def _score_fts(self, query: str, top: TopK) -> None:
-        """One exact pass over every row the trigram index admits (the walk's fallback)."""
-        sql = (
-            f"{self.select} FROM doc_fts JOIN doc d ON d.id = doc_fts.rowid"
-            f" WHERE doc_fts MATCH :q AND {self.match_sql}"
-            " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
+    def _token_terms(self, token: str, multiplicity: int) -> TokenTerms:
+        found = [self._lookup(piece) for piece in pieces(token)]
+        return TokenTerms(
+            token,
+            multiplicity,
+            column_of(CONTENT, [content for content, _tags in found]),
+            column_of(TAGS, [tags for _content, tags in found]),
         )
-        self._offer_rows(self.conn.execute(sql, {**self.params, "q": query, "k": self.k}), top)
 
-    def _few_fts(self, query: str) -> set[int] | None:
-        """Row ids matching an FTS query when there are fewer than the cap, else None."""
-        rows = self.conn.execute(
-            "SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?", (query, self.cap)
-        ).fetchall()
-        if len(rows) >= self.cap:
+    def _narrow(self) -> list[Hit] | None:
+        """The rarest token's rows, or the rare tokens' common rows, scored when few."""
+        known = sorted(
+            (
+                (found.rows, index, whole)
+                for index, found in enumerate(self.terms)
+                if (whole := found.whole) is not None
+            ),
+            key=lambda item: item[:2],
+        )
+        if not known:
             return None
-        return {row[0] for row in rows}
+        rows, index, rarest = known[0]
+        if rows < self.cap and term_count(rarest) <= MATCH_TERMS:
+            ids = self._narrow_ids(rarest, f"{self.terms[index].token!r}")
+            if ids is not None:
+                return self._score_ids(ids)
+        small = [whole for rows, _index, whole in known if rows <= AND_ROWS]
+        if len(small) >= 2 and sum(map(term_count, small)) <= MATCH_TERMS:
+            ids = self._narrow_ids(all_of(small), f"{len(small)} tokens together")
+            if ids is not None:
+                return self._score_ids(ids)
+        return None
 
-    def _few_tagged(self, token: str) -> set[int] | None:
-        """Ids of rows with a tag containing ``token`` when few (the tag table is exact)."""
-        tags = self.conn.execute("SELECT tid, n FROM tagvocab WHERE instr(tag, ?) > 0", (token,)).fetchall()
-        if sum(n for _tid, n in tags) >= self.cap:
+    def _expand_column(self, found: TokenTerms, kind: int) -> set[int] | None:
+        """The rows holding the token in this column when few (empty when it cannot be there)."""
+        column = found.content if kind == CONTENT else found.tags
+        if column.impossible:
+            return set()
+        if column.match is None or column.rows >= self.cap or term_count(column.match) > MATCH_TERMS:
             return None
-        ids: set[int] = set()
-        for tid, _n in tags:
-            ids.update(row[0] for row in self.conn.execute("SELECT id FROM entry_tag WHERE tid = ?", (tid,)))
-        return ids
+        return self._expand_ids(found.token, kind, column.match)
 
-    def _score_ids(self, ids: set[int], top: TopK) -> None:
-        if ids:
-            self._offer_rows(self._score_ids_cursor(ids), top)
+    def _expand_both(self, found: TokenTerms) -> set[int] | None:
+        """The rows holding the token in the content and in a tag, when few."""
+        content, tags = found.content.match, found.tags.match
+        if content is None or tags is None or term_count(content) + term_count(tags) > MATCH_TERMS:
+            return None
+        return self._both_ids(found.token, AllOf((content, tags)))
 
-    def _score_ids_cursor(self, ids: set[int]) -> sqlite3.Cursor:
-        sql = (
-            f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
-            " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
-        )
-        return self.conn.execute(sql, {**self.params, "ids": json.dumps(sorted(ids)), "k": self.k})
+    def _fallback_match(self) -> Match | None:
+        """Rows the word index admits for every token it knows: a superset of the matches."""
+        wholes = [whole for found in self.terms if (whole := found.whole) is not None]
+        if not wholes or sum(map(term_count, wholes)) > MATCH_TERMS:
+            return None
+        return all_of(wholes)
 
-    def _score_where(self, narrow: str, top: TopK) -> None:
-        sql = (
-            f"{self.select} FROM doc d WHERE {narrow} AND {self.match_sql}"
-            " ORDER BY s DESC, d.created_at DESC, d.id LIMIT :k"
-        )
-        self._offer_rows(self.conn.execute(sql, {**self.params, "k": self.k}), top)
+    # ------------------------------------------------------------------ steps (traced from outside)
+
+    def _lookup(self, piece: str) -> tuple[TermSet, TermSet]:
+        return self.q.lookup(piece, TERM_CAP)
+
+    def _narrow_ids(self, match: Match, _label: str) -> set[int] | None:
+        return self.q.ids(match, self.cap)
+
+    def _expand_ids(self, _token: str, _kind: int, match: Match) -> set[int] | None:
+        return self.q.ids(match, self.cap)
+
+    def _both_ids(self, _token: str, match: Match) -> set[int] | None:
+        return self.q.ids(match, self.cap)
+
+    def _fallback_ids(self, match: Match) -> set[int] | None:
+        return self.q.ids(match, FALLBACK_CAP)
+
+    def _score_ids(self, ids: set[int]) -> list[Hit]:
+        return self.q.score_ids(ids, self.k) if ids else []
+
+    def _restricted(self) -> list[Hit] | None:
+        return self.q.restricted(self.cap, self.k)
+
+    def _restricted_fallback(self) -> list[Hit] | None:
+        return self.q.restricted(FALLBACK_CAP, self.k)
+
+    def _score_all(self) -> list[Hit]:
+        return self.q.score_all(self.k)
 
     def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
         """Walk one bonus class newest first; stop once no later row can enter the top k.
 
-        The match is filtered in SQL, so rows that do not match cost no Python.  A walk
-        that runs past WALK_SECONDS (SQLite's progress handler interrupts it) scores every
-        FTS candidate outright when there are fewer than FALLBACK_CAP (then all classes
-        are done: returns True); otherwise it carries on, without a budget, from the row
-        it had reached, so no row is walked twice.  Either way the answer is the same.
+        A walk that runs past WALK_SECONDS scores every word-index candidate outright when
+        there are fewer than FALLBACK_CAP (then all classes are done: returns True);
+        otherwise it carries on, without a budget, from the row it had reached, so no row
+        is walked twice.  Either way the answer is the same.
         """
         if top.full() and ceiling < top.worst().score:
             return False
-        walk = f"{self.select} FROM doc d INDEXED BY doc_walk WHERE d.bonus = :b AND {self.match_sql}"
-        order = " ORDER BY d.created_at DESC, d.id"
-        params: dict[str, object] = {**self.params, "b": bonus}
         # The (created_at, id) of the last row taken: a resumed walk starts just after it.
         reached: list[tuple[str, int]] = []
-        deadline = time.perf_counter() + WALK_SECONDS
-
-        def over_budget() -> int:
-            return 1 if time.perf_counter() > deadline else 0
-
-        self.conn.set_progress_handler(over_budget, PROGRESS_OPS)
         try:
-            return self._walk_rows(walk + order, params, ceiling, expanded, top, reached)
-        except sqlite3.OperationalError as exc:
-            if "interrupt" not in str(exc).lower():
-                raise
-        finally:
-            self.conn.set_progress_handler(None, 0)
-        if self.long_query is not None and self._count_fts(self.long_query, FALLBACK_CAP) < FALLBACK_CAP:
-            self._score_fts(self.long_query, top)
-            return True
-        if self.restriction is not None:
-            narrow = self.restriction.narrowest(self.conn, FALLBACK_CAP)
-            if narrow is not None:
-                # Fewer filtered rows than a long walk would read: score them all at once.
-                self._score_where(narrow, top)
+            return self._walk_rows(bonus, None, WALK_SECONDS, ceiling, expanded, top, reached)
+        except WalkInterrupted:
+            pass
+        fallback = self._fallback_match()
+        if fallback is not None:
+            ids = self._fallback_ids(fallback)
+            if ids is not None:
+                top.offer_all(self._score_ids(ids))
                 return True
-        if reached:
-            walk += " AND d.created_at <= :rc AND (d.created_at < :rc OR d.id > :ri)"
-            params.update(rc=reached[0][0], ri=reached[0][1])
-        return self._walk_rows(walk + order, params, ceiling, expanded, top, [])
+        restricted = self._restricted_fallback() if self.q.filtered else None
+        if restricted is not None:
+            # Fewer filtered rows than a long walk would read: score them all at once.
+            top.offer_all(restricted)
+            return True
+        return self._walk_rows(bonus, reached[0] if reached else None, None, ceiling, expanded, top, [])
 
     def _walk_rows(
         self,
-        sql: str,
-        params: dict[str, object],
+        bonus: int,
+        after: tuple[str, int] | None,
+        seconds: float | None,
         ceiling: int,
         expanded: set[int],
         top: TopK,
         reached: list[tuple[str, int]],
     ) -> bool:
-        """Offer the walk's rows until none can enter; ``reached`` gets the last row taken."""
-        cursor = self.conn.execute(sql, params)
-        try:
-            while True:
-                rows = cursor.fetchmany(FETCH)
-                if not rows:
-                    return False
+        """Offer the walk's rows until none can enter; ``reached`` gets the last row taken.
+
+        Returns False: the next class may still hold better rows.
+        """
+        with closing(self.q.walk(bonus, after, seconds)) as batches:
+            for rows in batches:
                 self.walked += len(rows)
                 if self.walked > self.walk_cap:
                     raise _WalkTooLong
@@ -364,51 +490,17 @@ class Planner:
                     if not top.could_enter(ceiling, created_at, row_id):
                         return False
                 reached[:] = [(rows[-1][2], rows[-1][0])]
-        finally:
-            cursor.close()
-
-    def _count_fts(self, query: str, cap: int) -> int:
-        row = self.conn.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?)", (query, cap)
-        ).fetchone()
-        return int(row[0])
-
-    @staticmethod
-    def _offer_rows(cursor: sqlite3.Cursor, top: TopK) -> None:
-        for row_id, score, created_at in cursor:
-            top.offer(Hit(score, created_at, row_id))
-
-
-class QueryTooLargeError(IndexBusyError):
-    """More distinct tokens than one SQL statement can bind; the caller scans instead."""
+        return False
 
 
 class PlannerFactory(Protocol):
     """Makes the planner of one search: :class:`Planner`, or a traced one (memstore.index.trace)."""
 
-    def __call__(
-        self,
-        conn: sqlite3.Connection,
-        tokens: Sequence[str],
-        k: int,
-        total_rows: int,
-        *,
-        restriction: Restriction | None = None,
-    ) -> Planner: ...
+    def __call__(self, queries: SearchQueries, tokens: Sequence[str], k: int, total_rows: int) -> Planner: ...
 
 
-def search_rows(
-    conn: sqlite3.Connection,
-    tokens: Sequence[str],
-    k: int,
-    total_rows: int,
-    *,
-    planner: PlannerFactory = Planner,
-    restriction: Restriction | None = None,
-) -> list[Hit]:
-    """The exact top-k hits among SQL-held rows (odd rows are the caller's), within ``restriction``."""
-    if not tokens or k == 0 or not all(sql_safe(token) for token in tokens):
-        return []
+def sql_tokens(tokens: Sequence[str]) -> bool:
+    """Whether a search can bind its tokens at all (checked before any SQL is built)."""
     if len(set(tokens)) > MAX_SQL_TOKENS:
         raise QueryTooLargeError(f"{len(set(tokens))} distinct query tokens; answering from a scan")
-    return planner(conn, tokens, k, total_rows, restriction=restriction).run()
+    return bool(tokens)

@@ -9,28 +9,27 @@ untraced search runs exactly the code it always ran.  Times are each step's own
 
 Steps, in the order the planner takes them (see :mod:`memstore.index.search`):
 
-- ``narrow``: the trigram index is asked which rows may hold every token; when few,
-  those rows are scored and the search is done.
-- ``expand``: per token and column (content, tags), the rows that hold it, when few,
-  are scored outright, lowering the best score the remaining rows can reach.
+- ``terms``: the vocabulary is asked which terms of each column contain a piece of a
+  token; a token no term can hold ends the search with no results.
+- ``narrow``: the word index is asked for the rows of the rarest token (or of the rare
+  tokens together); when few, those rows are scored and the search is done.
+- ``expand``: per token and column (content, tags), or both columns at once, the rows
+  that hold it, when few, are scored outright, lowering the best score the remaining
+  rows can reach.
 - ``walk``: one bonus class, newest first, until no later row can enter the top k.
-- ``fallback``: a walk past its time budget counts the trigram candidates and scores
-  them all, or finishes the walk without a budget.
+- ``fallback``: a walk past its time budget scores every row the word index admits for
+  every token, or finishes the walk without a budget.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
-from memstore.index.search import Planner, TopK, fts_phrase
-
-if TYPE_CHECKING:
-    from memstore.index.restrict import Restriction
+from memstore.index.search import FALLBACK_CAP, TERM_CAP, Hit, Match, Planner, SearchQueries, TopK
+from memstore.index.terms import CONTENT, TAGS, TermSet
 
 
 @dataclass(frozen=True)
@@ -104,16 +103,8 @@ class SearchTrace:
     steps: list[PlanStep] = field(default_factory=list)
     _stack: list[_Open] = field(default_factory=list)
 
-    def planner(
-        self,
-        conn: sqlite3.Connection,
-        tokens: Sequence[str],
-        k: int,
-        total_rows: int,
-        *,
-        restriction: Restriction | None = None,
-    ) -> Planner:
-        return TracedPlanner(conn, tokens, k, total_rows, trace=self, restriction=restriction)
+    def planner(self, queries: SearchQueries, tokens: Sequence[str], k: int, total_rows: int) -> Planner:
+        return TracedPlanner(queries, tokens, k, total_rows, trace=self)
 
     def add(self, step: str, detail: str, *, candidates: int | None, outcome: str, seconds: float) -> None:
         """Record a step timed by the caller."""
@@ -135,9 +126,7 @@ class SearchTrace:
             if self._stack:
                 self._stack[-1].children += elapsed
             own = max(0.0, elapsed - record.children)
-            self.steps[slot] = PlanStep(
-                record.step, record.detail, record.candidates, record.outcome, round(own, 6)
-            )
+            self.steps[slot] = PlanStep(record.step, record.detail, record.candidates, record.outcome, round(own, 6))
 
     @property
     def seconds(self) -> float:
@@ -150,52 +139,84 @@ def _few(found: set[int] | None, cap: int) -> tuple[int | None, str]:
     return len(found), "few: scored outright"
 
 
+COLUMN_NAMES = {CONTENT: "content", TAGS: "tags"}
+
+
 class TracedPlanner(Planner):
     """The planner with each step recorded in a :class:`SearchTrace`; answers are unchanged."""
 
     def __init__(
-        self,
-        conn: sqlite3.Connection,
-        tokens: Sequence[str],
-        k: int,
-        total_rows: int,
-        *,
-        trace: SearchTrace,
-        restriction: Restriction | None = None,
+        self, queries: SearchQueries, tokens: Sequence[str], k: int, total_rows: int, *, trace: SearchTrace
     ) -> None:
-        super().__init__(conn, tokens, k, total_rows, restriction=restriction)
+        super().__init__(queries, tokens, k, total_rows)
         self.trace = trace
-        self._phase = "expand"
-        self._content_queries = {
-            f"c : {phrase}": token for token in self.tokens if (phrase := fts_phrase(token)) is not None
-        }
+        self._phase = "narrow"
 
-    def _few_fts(self, query: str) -> set[int] | None:
-        if query == self.long_query:
-            self._phase = "narrow"
-            detail = "rows the trigram index admits for every token"
-        else:
-            self._phase = "expand"
-            detail = f"{self._content_queries.get(query, query)!r} in content"
-        with self.trace.timed(self._phase, detail) as step:
-            found = super()._few_fts(query)
+    def _lookup(self, piece: str) -> tuple[TermSet, TermSet]:
+        with self.trace.timed("terms", f"terms containing {piece!r}") as step:
+            content, tags = super()._lookup(piece)
+            step.candidates = sum(len(found.terms) for found in (content, tags) if found.terms is not None)
+            step.outcome = "; ".join(
+                f"{name}: {_terms_outcome(found)}" for name, found in (("content", content), ("tags", tags))
+            )
+        return content, tags
+
+    def _narrow_ids(self, match: Match, label: str) -> set[int] | None:
+        self._phase = "narrow"
+        with self.trace.timed("narrow", f"rows of {label} in the word index") as step:
+            found = super()._narrow_ids(match, label)
             step.candidates, step.outcome = _few(found, self.cap)
         return found
 
-    def _few_tagged(self, token: str) -> set[int] | None:
+    def _expand_ids(self, token: str, kind: int, match: Match) -> set[int] | None:
         self._phase = "expand"
-        with self.trace.timed("expand", f"{token!r} in tags") as step:
-            found = super()._few_tagged(token)
+        with self.trace.timed("expand", f"{token!r} in {COLUMN_NAMES[kind]}") as step:
+            found = super()._expand_ids(token, kind, match)
             step.candidates, step.outcome = _few(found, self.cap)
         return found
 
-    def _score_ids(self, ids: set[int], top: TopK) -> None:
+    def _both_ids(self, token: str, match: Match) -> set[int] | None:
+        self._phase = "expand"
+        with self.trace.timed("expand", f"{token!r} in content and tags") as step:
+            found = super()._both_ids(token, match)
+            step.candidates, step.outcome = _few(found, self.cap)
+        return found
+
+    def _fallback_ids(self, match: Match) -> set[int] | None:
+        self._phase = "fallback"
+        with self.trace.timed("fallback", "rows the word index admits for every token") as step:
+            found = super()._fallback_ids(match)
+            step.candidates = len(found) if found is not None else None
+            step.outcome = (
+                "few enough to score them all" if found is not None else f"too many (at least {FALLBACK_CAP})"
+            )
+        return found
+
+    def _score_ids(self, ids: set[int]) -> list[Hit]:
         if not ids:
-            super()._score_ids(ids, top)
-            return
+            return super()._score_ids(ids)
         with self.trace.timed(self._phase, "score the candidates in SQL") as step:
-            super()._score_ids(ids, top)
+            hits = super()._score_ids(ids)
             step.candidates, step.outcome = len(ids), "scored"
+        return hits
+
+    def _restricted(self) -> list[Hit] | None:
+        with self.trace.timed("narrow", "rows the filter admits") as step:
+            hits = super()._restricted()
+            step.outcome = "few: scored outright" if hits is not None else "none or too many"
+        return hits
+
+    def _restricted_fallback(self) -> list[Hit] | None:
+        with self.trace.timed("fallback", "rows the filter admits") as step:
+            hits = super()._restricted_fallback()
+            step.outcome = "few: scored outright" if hits is not None else "none or too many"
+        return hits
+
+    def _score_all(self) -> list[Hit]:
+        with self.trace.timed("walk", "score every row in one SQL pass") as step:
+            hits = super()._score_all()
+            step.outcome = "scored"
+        return hits
 
     def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
         detail = f"bonus class {bonus}, best reachable score {ceiling}"
@@ -203,20 +224,17 @@ class TracedPlanner(Planner):
             if top.full() and ceiling < top.worst().score:
                 step.outcome = "skipped: no row of this class can enter the top k"
             before = len(self.trace.steps)
+            self._phase = "fallback"
             finished = super()._walk_class(bonus, ceiling, expanded, top)
             if not step.outcome:
                 interrupted = len(self.trace.steps) > before
                 step.outcome = "over its time budget" if interrupted else "done"
         return finished
 
-    def _count_fts(self, query: str, cap: int) -> int:
-        with self.trace.timed("fallback", "count the rows the trigram index admits") as step:
-            count = super()._count_fts(query, cap)
-            step.candidates = count if count < cap else None
-            step.outcome = "few enough to score them all" if count < cap else f"too many (at least {cap})"
-        return count
 
-    def _score_fts(self, query: str, top: TopK) -> None:
-        with self.trace.timed("fallback", "score every row the trigram index admits") as step:
-            super()._score_fts(query, top)
-            step.outcome = "scored; the search is done"
+def _terms_outcome(found: TermSet) -> str:
+    if found.terms is None:
+        return f"more than {TERM_CAP} terms"
+    if not found.terms:
+        return "none"
+    return f"{len(found.terms)} terms, at most {found.rows} rows"

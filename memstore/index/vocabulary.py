@@ -1,0 +1,115 @@
+"""The SQLite word index's vocabulary: every term of ``doc_fts``, findable by any piece.
+
+``term`` holds each (kind, text) once with the number of rows holding it; ``term_tri``
+(trigrams) and ``term_gram`` (one- and two-character substrings) find the terms that
+contain a query piece, the first for pieces of three characters or more, the second
+for shorter ones.  A term missing here would hide its rows from every search, so the
+vocabulary changes in the same transaction as ``doc_fts`` and ``check`` compares it
+with FTS5's own list.  Counts only steer the planner; answers never depend on them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable
+
+from memstore.index.terms import CONTENT, TAGS, gram_text, text_terms
+
+TermCounts = Counter[tuple[int, str]]
+"""(kind, term) -> rows holding it."""
+
+_VOCAB = "temp.memstore_vocab"
+
+
+def row_terms(counts: TermCounts, content: str, tags: str) -> None:
+    """Count one row's terms (each distinct term once per column)."""
+    counts.update((CONTENT, term) for term in text_terms(content))
+    counts.update((TAGS, term) for term in text_terms(tags))
+
+
+def _columns(kind: int, value: str) -> tuple[str, str]:
+    return (value, "") if kind == CONTENT else ("", value)
+
+
+def _index_terms(conn: sqlite3.Connection, rows: Iterable[tuple[int, int, str]]) -> None:
+    """File new terms (id, kind, text) under their trigrams and short substrings."""
+    rows = list(rows)
+    conn.executemany(
+        "INSERT INTO term_tri(rowid, c, t) VALUES (?, ?, ?)", [(tid, *_columns(kind, text)) for tid, kind, text in rows]
+    )
+    conn.executemany(
+        "INSERT INTO term_gram(rowid, c, t) VALUES (?, ?, ?)",
+        [(tid, *_columns(kind, gram_text(text))) for tid, kind, text in rows],
+    )
+
+
+def add(conn: sqlite3.Connection, counts: TermCounts) -> None:
+    """Count rows into the vocabulary; terms seen for the first time are indexed."""
+    if not counts:
+        return
+    known: dict[tuple[int, str], int] = {}
+    for kind in (CONTENT, TAGS):
+        texts = [text for term_kind, text in counts if term_kind == kind]
+        for start in range(0, len(texts), 20_000):
+            chunk = json.dumps(texts[start : start + 20_000])
+            for tid, text in conn.execute(
+                "SELECT id, text FROM term WHERE kind = ? AND text IN (SELECT value FROM json_each(?))", (kind, chunk)
+            ):
+                known[(kind, text)] = tid
+    conn.executemany("UPDATE term SET n = n + ? WHERE id = ?", [(counts[key], tid) for key, tid in known.items()])
+    fresh: list[tuple[int, int, str]] = []
+    for (kind, text), n in counts.items():
+        if (kind, text) not in known:
+            cursor = conn.execute("INSERT INTO term(kind, text, n) VALUES (?, ?, ?)", (kind, text, n))
+            fresh.append((int(cursor.lastrowid or 0), kind, text))
+    _index_terms(conn, fresh)
+
+
+def remove(conn: sqlite3.Connection, counts: TermCounts) -> None:
+    """Count rows out of the vocabulary (the terms stay: a term with no rows finds nothing)."""
+    conn.executemany(
+        "UPDATE term SET n = n - ? WHERE kind = ? AND text = ?", [(n, kind, text) for (kind, text), n in counts.items()]
+    )
+
+
+def clear(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM term")
+    conn.execute("INSERT INTO term_tri(term_tri) VALUES ('delete-all')")
+    conn.execute("INSERT INTO term_gram(term_gram) VALUES ('delete-all')")
+
+
+def _open_fts_vocabulary(conn: sqlite3.Connection) -> None:
+    # A temp table: it never becomes part of the index file's schema.
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {_VOCAB} USING fts5vocab(main, doc_fts, 'col')")
+
+
+def load_from_fts(conn: sqlite3.Connection) -> None:
+    """Fill an empty vocabulary from FTS5's own term list (after a bulk build of doc_fts)."""
+    _open_fts_vocabulary(conn)
+    conn.execute(
+        f"INSERT INTO term(kind, text, n) SELECT CASE col WHEN 'c' THEN {CONTENT} ELSE {TAGS} END, term, doc"
+        f" FROM {_VOCAB} WHERE doc > 0"
+    )
+    _index_terms(conn, conn.execute("SELECT id, kind, text FROM term ORDER BY id").fetchall())
+
+
+def differences(conn: sqlite3.Connection) -> int:
+    """Terms whose row counts differ from FTS5's (or that FTS5 has and the vocabulary lacks),
+    plus terms the lookup tables do not find: 0 for a sound vocabulary."""
+    _open_fts_vocabulary(conn)
+    wrong = conn.execute(
+        f"SELECT count(*) FROM {_VOCAB} v WHERE v.doc > 0 AND NOT EXISTS (SELECT 1 FROM term t"
+        f" WHERE t.kind = CASE v.col WHEN 'c' THEN {CONTENT} ELSE {TAGS} END AND t.text = v.term AND t.n = v.doc)"
+    ).fetchone()[0]
+    stale = conn.execute(
+        f"SELECT count(*) FROM term t WHERE t.n != 0 AND NOT EXISTS (SELECT 1 FROM {_VOCAB} v"
+        f" WHERE v.col = CASE t.kind WHEN {CONTENT} THEN 'c' ELSE 't' END AND v.term = t.text)"
+    ).fetchone()[0]
+    ids = conn.execute("SELECT count(*), coalesce(sum(id), 0) FROM term").fetchone()
+    lookups = sum(
+        tuple(conn.execute(f"SELECT count(*), coalesce(sum(rowid), 0) FROM {table}").fetchone()) != tuple(ids)
+        for table in ("term_tri", "term_gram")
+    )
+    return int(wrong) + int(stale) + lookups
