@@ -83,8 +83,8 @@ def test_a_common_word_expands_and_walks(tmp_path: Path) -> None:
     assert together.candidates is None and "too many" in together.outcome
     assert ("expand", "'ab' in content and tags") in steps
     walks = [step for step in plan.steps if step.step == "walk"]
-    assert walks and walks[0].detail.startswith("bonus class 6,")
-    assert all(step.outcome for step in walks)
+    assert len(walks) == 1 and walks[0].detail.startswith("every bonus class, best first")
+    assert walks[0].outcome == "done" and walks[0].candidates
     assert plan.memory_ids == expected == _ids(MemoryCatalog(tmp_path, use_index=False), "commonword ab")
 
 

@@ -23,7 +23,6 @@ CREATE_STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE card (\n\tid INTEGER NOT NULL, \n\tcard_id TEXT, \n\tfile_path TEXT, \n\terror_type TEXT, \n\ttimestamp FLOAT, \n\texpires_at FLOAT, \n\tinvalidated INTEGER NOT NULL, \n\todd INTEGER DEFAULT 0 NOT NULL, \n\tdata TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE INDEX card_card_id ON card (card_id)',
     'CREATE TABLE card_kw (\n\tword TEXT NOT NULL, \n\tcard INTEGER NOT NULL, \n\tPRIMARY KEY (word, card)\n)\n WITHOUT ROWID\n\n',
-    'CREATE INDEX doc_walk ON doc(bonus, created_at DESC, id)',
     'CREATE INDEX doc_odd ON doc(odd) WHERE odd = 1',
     'CREATE INDEX card_odd ON card(odd) WHERE odd = 1',
     'CREATE TABLE origin (\n\tid INTEGER NOT NULL, \n\tdev INTEGER NOT NULL, \n\tino INTEGER NOT NULL, \n\tmachine TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
@@ -33,6 +32,7 @@ CREATE_STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE term (\n\tid INTEGER NOT NULL, \n\tkind INTEGER NOT NULL, \n\ttext TEXT NOT NULL, \n\tn INTEGER NOT NULL, \n\tPRIMARY KEY (id), \n\tCONSTRAINT term_kind_text UNIQUE (kind, text)\n)',
     "CREATE VIRTUAL TABLE term_tri USING fts5(c, t, content='', tokenize='trigram case_sensitive 1', detail=column)",
     "CREATE VIRTUAL TABLE term_gram USING fts5(c, t, content='', tokenize='ascii', detail=column)",
+    'CREATE INDEX doc_walk ON doc(bonus DESC, created_at DESC, id)',
 )
 
 

@@ -45,12 +45,15 @@ from typing import Protocol
 
 from memstore.index.db import IndexBusyError
 from memstore.index.terms import CONTENT, TAGS, TermSet, pieces
-from memstore.models import AUTO_CURATED_BONUS, CONTENT_POINTS, RUN_SUMMARY_BONUS, TAG_POINTS, Descending
+from memstore.models import CONTENT_POINTS, TAG_POINTS, Descending
 
-BONUS_CLASSES = (AUTO_CURATED_BONUS + RUN_SUMMARY_BONUS, AUTO_CURATED_BONUS, RUN_SUMMARY_BONUS, 0)
-CANDIDATE_CAP = 4000
-"""Sets of candidate rows up to this size are fetched and scored outright (about 1-3 µs a row);
-larger ones are left to the walk, whose cost does not grow with the catalog."""
+CANDIDATE_CAP = 1000
+"""Sets of candidate rows up to this size are fetched and scored outright (each costs a read of
+its row, a few µs); larger ones are left to the walk, whose cost does not grow with the catalog."""
+SET_ROWS = 25_000
+"""Tokens whose rows are at most this many become filters of the walk: rows outside them are
+skipped on the index alone (a fraction of a µs), without reading the row."""
+MAX_FILTERS = 3
 AND_ROWS = 150_000
 """Tokens whose terms cover at most this many rows are intersected by the word index when no
 single one is rare: the intersection costs about a tenth of a microsecond a row."""
@@ -61,11 +64,13 @@ MATCH_TERMS = 2000
 """Terms one word-index expression may name; a longer one (a long pasted query) is not built."""
 PROGRESS_OPS = 200
 WALK_SECONDS = 0.015
-"""How long one class walk may run before a cheaper exact pass is considered.  Either path
+"""How long the walk may run before a cheaper exact pass is considered.  Either path
 gives the exact answer; the budget only decides which one is taken."""
-FALLBACK_CAP = 20_000
+FALLBACK_CAP = 5000
 """An interrupted walk scores the word-index candidates outright when there are fewer than this."""
 FETCH = 256
+FIRST_FETCH = 16
+"""A walk's first batch; batches double up to FETCH, so a walk that stops early reads few rows."""
 WALK_ROWS = 16_000
 """Walks that bring more rows than this (or four times the limit) into Python give way to one pass."""
 ONE_PASS_SHARE = 8
@@ -191,6 +196,8 @@ class TokenTerms:
     multiplicity: int
     content: Column
     tags: Column
+    pieces: int = 1
+    """Runs of term characters in the token: several make each column's rows an intersection."""
 
     @property
     def impossible(self) -> bool:
@@ -225,8 +232,8 @@ def column_of(kind: int, sets: Sequence[TermSet]) -> Column:
 
 # ---------------------------------------------------------------- what a backend supplies
 
-WalkRow = tuple[int, int, str]
-"""(row id, exact score, created_at) of a walked row."""
+WalkRow = tuple[int, int, str, int]
+"""(row id, exact score, created_at, bonus) of a walked row."""
 
 
 class WalkInterrupted(Exception):
@@ -266,11 +273,13 @@ class SearchQueries(Protocol):
         ...
 
     def walk(
-        self, bonus: int, after: tuple[str, int] | None, seconds: float | None
+        self, filters: Sequence[Match], after: tuple[int, str, int] | None, seconds: float | None
     ) -> Generator[list[WalkRow], None, None]:
-        """Matching rows of one bonus class, newest first, in batches, starting after ``after``.
+        """Matching rows, best bonus class first and newest first, in growing batches.
 
-        With ``seconds``, raises WalkInterrupted once the walk has run that long.
+        Starts just after ``after`` (bonus, created_at, id).  Rows outside any of ``filters``
+        are skipped before they are read.  With ``seconds``, raises WalkInterrupted once the
+        walk has run that long.
         """
         ...
 
@@ -295,8 +304,9 @@ class Planner:
         # Candidates up to about twice the limit are scored outright: a walk would visit as many.
         self.cap = max(CANDIDATE_CAP, min(2 * k, FALLBACK_CAP))
         self.walked = 0
-        self.walk_cap = max(WALK_ROWS, 4 * k)
-        """Rows the walks may bring into Python before one SQL pass over every row is cheaper."""
+        # A full SQL pass costs far more a row than a walk's matching row brought into Python:
+        # the walks give way only when they have brought in a large share of the catalog.
+        self.walk_cap = max(WALK_ROWS, 4 * k, total_rows // 2)
         self.terms: list[TokenTerms] = []
 
     # ------------------------------------------------------------------ the plan
@@ -342,9 +352,7 @@ class Planner:
                     ceiling += (CONTENT_POINTS + TAG_POINTS) * found.multiplicity
         top.offer_all(self._score_ids(expanded))
         try:
-            for bonus in BONUS_CLASSES:
-                if self._walk_class(bonus, ceiling + bonus, expanded, top):
-                    break
+            self._walk(ceiling, expanded, top)
         except _WalkTooLong:
             # The walk cannot stop early for this query: one pass in SQL costs less than
             # bringing every row into Python, and gives the whole answer by itself.
@@ -358,31 +366,45 @@ class Planner:
             multiplicity,
             column_of(CONTENT, [content for content, _tags in found]),
             column_of(TAGS, [tags for _content, tags in found]),
+            len(found),
+        )
+
+    def _known(self) -> list[tuple[int, int, Match]]:
+        """(rows, token index, whole match) of the tokens whose rows the word index knows, rarest first."""
+        return sorted(
+            (
+                (found.rows, index, whole)
+                for index, found in enumerate(self.terms)
+                if (whole := found.whole) is not None and term_count(whole) <= MATCH_TERMS
+            ),
+            key=lambda item: item[:2],
         )
 
     def _narrow(self) -> list[Hit] | None:
         """The rarest token's rows, or the rare tokens' common rows, scored when few."""
-        known = sorted(
-            (
-                (found.rows, index, whole)
-                for index, found in enumerate(self.terms)
-                if (whole := found.whole) is not None
-            ),
-            key=lambda item: item[:2],
-        )
+        known = self._known()
         if not known:
             return None
         rows, index, rarest = known[0]
-        if rows < self.cap and term_count(rarest) <= MATCH_TERMS:
+        if rows < self.cap:
             ids = self._narrow_ids(rarest, f"{self.terms[index].token!r}")
             if ids is not None:
                 return self._score_ids(ids)
-        small = [whole for rows, _index, whole in known if rows <= AND_ROWS]
-        if len(small) >= 2 and sum(map(term_count, small)) <= MATCH_TERMS:
-            ids = self._narrow_ids(all_of(small), f"{len(small)} tokens together")
+        small = [(index, whole) for rows, index, whole in known if rows <= AND_ROWS]
+        # Two tokens, or the pieces of one (``retry_backoff``): an intersection the rows
+        # estimate cannot see, cheap to compute in the word index.
+        pieced = any(self.terms[index].pieces > 1 for index, _whole in small)
+        if (len(small) >= 2 or pieced) and sum(term_count(whole) for _index, whole in small) <= MATCH_TERMS:
+            first = self.terms[small[0][0]].token
+            label = f"{len(small)} tokens together" if len(small) > 1 else f"the pieces of {first!r}"
+            ids = self._narrow_ids(all_of([whole for _index, whole in small]), label)
             if ids is not None:
                 return self._score_ids(ids)
         return None
+
+    def _filters(self) -> list[Match]:
+        """Word-index sets a walk tests rows against before reading them: the rare tokens' rows."""
+        return [whole for rows, _index, whole in self._known() if rows <= SET_ROWS][:MAX_FILTERS]
 
     def _expand_column(self, found: TokenTerms, kind: int) -> set[int] | None:
         """The rows holding the token in this column when few (empty when it cannot be there)."""
@@ -402,7 +424,7 @@ class Planner:
 
     def _fallback_match(self) -> Match | None:
         """Rows the word index admits for every token it knows: a superset of the matches."""
-        wholes = [whole for found in self.terms if (whole := found.whole) is not None]
+        wholes = [whole for _rows, _index, whole in self._known()]
         if not wholes or sum(map(term_count, wholes)) > MATCH_TERMS:
             return None
         return all_of(wholes)
@@ -436,20 +458,20 @@ class Planner:
     def _score_all(self) -> list[Hit]:
         return self.q.score_all(self.k)
 
-    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
-        """Walk one bonus class newest first; stop once no later row can enter the top k.
+    def _walk(self, ceiling: int, expanded: set[int], top: TopK) -> None:
+        """Walk every bonus class, best first and newest first; stop once no later row can enter.
 
+        ``ceiling`` is the best score a row outside ``expanded`` can reach before its bonus.
         A walk that runs past WALK_SECONDS scores every word-index candidate outright when
-        there are fewer than FALLBACK_CAP (then all classes are done: returns True);
-        otherwise it carries on, without a budget, from the row it had reached, so no row
-        is walked twice.  Either way the answer is the same.
+        there are fewer than FALLBACK_CAP; otherwise it carries on, without a budget, from
+        the row it had reached, so no row is walked twice.  Either way the answer is the same.
         """
-        if top.full() and ceiling < top.worst().score:
-            return False
-        # The (created_at, id) of the last row taken: a resumed walk starts just after it.
-        reached: list[tuple[str, int]] = []
+        filters = self._filters()
+        # The (bonus, created_at, id) of the last row taken: a resumed walk starts just after it.
+        reached: list[tuple[int, str, int]] = []
         try:
-            return self._walk_rows(bonus, None, WALK_SECONDS, ceiling, expanded, top, reached)
+            self._walk_rows(filters, None, WALK_SECONDS, ceiling, expanded, top, reached)
+            return
         except WalkInterrupted:
             pass
         fallback = self._fallback_match()
@@ -457,40 +479,41 @@ class Planner:
             ids = self._fallback_ids(fallback)
             if ids is not None:
                 top.offer_all(self._score_ids(ids))
-                return True
+                return
         restricted = self._restricted_fallback() if self.q.filtered else None
         if restricted is not None:
             # Fewer filtered rows than a long walk would read: score them all at once.
             top.offer_all(restricted)
-            return True
-        return self._walk_rows(bonus, reached[0] if reached else None, None, ceiling, expanded, top, [])
+            return
+        self._walk_rows(filters, reached[0] if reached else None, None, ceiling, expanded, top, [])
 
     def _walk_rows(
         self,
-        bonus: int,
-        after: tuple[str, int] | None,
+        filters: Sequence[Match],
+        after: tuple[int, str, int] | None,
         seconds: float | None,
         ceiling: int,
         expanded: set[int],
         top: TopK,
-        reached: list[tuple[str, int]],
-    ) -> bool:
+        reached: list[tuple[int, str, int]],
+    ) -> None:
         """Offer the walk's rows until none can enter; ``reached`` gets the last row taken.
 
-        Returns False: the next class may still hold better rows.
+        Rows come best bonus class first, newest first within a class: once a row cannot
+        enter even at its class's best score, no later row can (later classes score less).
         """
-        with closing(self.q.walk(bonus, after, seconds)) as batches:
+        with closing(self.q.walk(filters, after, seconds)) as batches:
             for rows in batches:
                 self.walked += len(rows)
                 if self.walked > self.walk_cap:
                     raise _WalkTooLong
-                for row_id, score, created_at in rows:
+                for row_id, score, created_at, bonus in rows:
                     if row_id not in expanded:
                         top.offer(Hit(score, created_at, row_id))
-                    if not top.could_enter(ceiling, created_at, row_id):
-                        return False
-                reached[:] = [(rows[-1][2], rows[-1][0])]
-        return False
+                    if not top.could_enter(ceiling + bonus, created_at, row_id):
+                        return
+                last = rows[-1]
+                reached[:] = [(last[3], last[2], last[0])]
 
 
 class PlannerFactory(Protocol):

@@ -19,6 +19,7 @@ from collections.abc import Generator, Sequence
 from memstore.index.restrict import Restriction
 from memstore.index.search import (
     FETCH,
+    FIRST_FETCH,
     PROGRESS_OPS,
     AllOf,
     AnyOf,
@@ -149,19 +150,26 @@ class SqliteSearch:
             for row_id, score, created_at in self.conn.execute(sql, {**self.params, **extra})
         ]
 
-    def walk_sql(self, bonus: int, after: tuple[str, int] | None) -> tuple[str, dict[str, object]]:
-        """The walk of one bonus class: SQLite streams it in ``doc_walk`` order, never sorting."""
-        sql = f"{self.select} FROM doc d INDEXED BY doc_walk WHERE d.bonus = :b AND {self.match_sql}"
-        params: dict[str, object] = {**self.params, "b": bonus}
+    def walk_sql(self, filters: Sequence[Match], after: tuple[int, str, int] | None) -> tuple[str, dict[str, object]]:
+        """The walk: SQLite streams it in ``doc_walk`` order (bonus, then newest), never sorting.
+
+        A filter is tested on the index entry's id before the row itself is read.
+        """
+        terms = [f"d.id IN (SELECT rowid FROM doc_fts WHERE doc_fts MATCH :f{i})" for i in range(len(filters))]
+        params: dict[str, object] = {**self.params, **{f"f{i}": fts_expression(f) for i, f in enumerate(filters)}}
         if after is not None:
-            sql += " AND d.created_at <= :rc AND (d.created_at < :rc OR d.id > :ri)"
-            params.update(rc=after[0], ri=after[1])
-        return sql + " ORDER BY d.created_at DESC, d.id", params
+            terms.append(
+                "d.bonus <= :rb AND (d.bonus < :rb OR d.created_at < :rc OR (d.created_at = :rc AND d.id > :ri))"
+            )
+            params.update(rb=after[0], rc=after[1], ri=after[2])
+        where = " AND ".join([*terms, self.match_sql])
+        sql = f"{self.select}, d.bonus FROM doc d INDEXED BY doc_walk WHERE {where}"
+        return sql + " ORDER BY d.bonus DESC, d.created_at DESC, d.id", params
 
     def walk(
-        self, bonus: int, after: tuple[str, int] | None, seconds: float | None
+        self, filters: Sequence[Match], after: tuple[int, str, int] | None, seconds: float | None
     ) -> Generator[list[WalkRow], None, None]:
-        sql, params = self.walk_sql(bonus, after)
+        sql, params = self.walk_sql(filters, after)
         if seconds is not None:
             deadline = time.perf_counter() + seconds
 
@@ -169,18 +177,21 @@ class SqliteSearch:
                 return 1 if time.perf_counter() > deadline else 0
 
             self.conn.set_progress_handler(over_budget, PROGRESS_OPS)
-        cursor = self.conn.execute(sql, params)
+        cursor = self.conn.cursor()
         try:
-            while True:
-                try:
-                    rows = cursor.fetchmany(FETCH)
-                except sqlite3.OperationalError as exc:
-                    if seconds is not None and "interrupt" in str(exc).lower():
-                        raise WalkInterrupted from exc
-                    raise
-                if not rows:
-                    return
-                yield rows
+            # The first step runs inside execute(): an interrupt can come from either call.
+            try:
+                cursor.execute(sql, params)
+                size = FIRST_FETCH
+                rows = cursor.fetchmany(size)
+                while rows:
+                    yield rows
+                    size = min(2 * size, FETCH)
+                    rows = cursor.fetchmany(size)
+            except sqlite3.OperationalError as exc:
+                if seconds is not None and "interrupt" in str(exc).lower():
+                    raise WalkInterrupted from exc
+                raise
         finally:
             cursor.close()
             if seconds is not None:

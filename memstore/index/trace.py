@@ -218,18 +218,18 @@ class TracedPlanner(Planner):
             step.outcome = "scored"
         return hits
 
-    def _walk_class(self, bonus: int, ceiling: int, expanded: set[int], top: TopK) -> bool:
-        detail = f"bonus class {bonus}, best reachable score {ceiling}"
+    def _walk(self, ceiling: int, expanded: set[int], top: TopK) -> None:
+        filters = self._filters()
+        detail = f"every bonus class, best first; best reachable score {ceiling} + bonus"
+        if filters:
+            detail += f"; rows tested against {len(filters)} word-index set(s) first"
         with self.trace.timed("walk", detail) as step:
-            if top.full() and ceiling < top.worst().score:
-                step.outcome = "skipped: no row of this class can enter the top k"
             before = len(self.trace.steps)
             self._phase = "fallback"
-            finished = super()._walk_class(bonus, ceiling, expanded, top)
-            if not step.outcome:
-                interrupted = len(self.trace.steps) > before
-                step.outcome = "over its time budget" if interrupted else "done"
-        return finished
+            super()._walk(ceiling, expanded, top)
+            interrupted = len(self.trace.steps) > before
+            step.candidates = self.walked
+            step.outcome = "over its time budget" if interrupted else "done"
 
 
 def _terms_outcome(found: TermSet) -> str:

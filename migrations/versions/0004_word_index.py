@@ -41,6 +41,9 @@ def upgrade() -> None:
         "tokenize='trigram case_sensitive 1', detail=column)"
     )
     op.execute("CREATE VIRTUAL TABLE term_gram USING fts5(c, t, content='', tokenize='ascii', detail=column)")
+    # One walk over every bonus class, best class first, newest first within a class.
+    op.execute("DROP INDEX IF EXISTS doc_walk")
+    op.execute("CREATE INDEX doc_walk ON doc(bonus DESC, created_at DESC, id)")
     op.execute("DELETE FROM doc")
     op.execute("DELETE FROM pos")
     op.execute("DELETE FROM entry_tag")
@@ -49,6 +52,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX IF EXISTS doc_walk")
+    op.execute("CREATE INDEX doc_walk ON doc(bonus, created_at DESC, id)")
     op.execute("DROP TABLE IF EXISTS term_gram")
     op.execute("DROP TABLE IF EXISTS term_tri")
     op.drop_table("term")
