@@ -194,10 +194,13 @@ FORCED = {
     # Every column dense: no term sets at all, so every query walks.
     "dense terms": {"TERM_CAP": 0},
     # Tiny caps and no intersections: expansions of one column or both, then walks.
-    "expansions": {"CANDIDATE_CAP": 1, "AND_ROWS": 0},
+    "expansions": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "AND_ROWS": 0},
+    # Narrowed sets too big to score: the walk reads only them (or tests word-index filters).
+    "narrowed walks": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1},
     # Walks interrupted at once: the word-index fallback, or the walk resumed.
-    "interrupted": {"CANDIDATE_CAP": 1, "WALK_SECONDS": 0.0},
-    "interrupted, no fallback": {"CANDIDATE_CAP": 1, "WALK_SECONDS": 0.0, "FALLBACK_CAP": 0, "MATCH_TERMS": 0},
+    "interrupted": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "WALK_SECONDS": 0.0},
+    "interrupted, no fallback": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "WALK_SECONDS": 0.0,
+                                 "FALLBACK_CAP": 0, "MATCH_TERMS": 0},
 }
 
 
@@ -236,15 +239,17 @@ def _index_equals_scan_through_edits(tmp_path_factory: pytest.TempPathFactory, i
 PLANS = {
     "default": {},
     # Tiny caps and no time budget push every query through expansions, walks and fallbacks.
-    "walks": {"CANDIDATE_CAP": 3},
-    "interrupted walks": {"CANDIDATE_CAP": 3, "WALK_SECONDS": 0.0},
-    "interrupted, no fts fallback": {"CANDIDATE_CAP": 3, "WALK_SECONDS": 0.0, "FALLBACK_CAP": 0},
+    "walks": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3},
+    "narrowed walks": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3},
+    "interrupted walks": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "WALK_SECONDS": 0.0},
+    "interrupted, no fts fallback": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "WALK_SECONDS": 0.0,
+                                     "FALLBACK_CAP": 0},
     # Walks that give way to one SQL pass after a few rows, and limits that always take one pass.
-    "walks give way": {"CANDIDATE_CAP": 3, "WALK_ROWS": 0},
+    "walks give way": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "WALK_ROWS": 0, "WALK_SHARE": 10**9},
     "one pass": {"ONE_PASS_SHARE": 10**9},
-    "dense terms": {"TERM_CAP": 0, "CANDIDATE_CAP": 3},
-    "no intersections": {"CANDIDATE_CAP": 3, "AND_ROWS": 0},
-    "no word-index sets": {"CANDIDATE_CAP": 3, "MATCH_TERMS": 0, "WALK_SECONDS": 0.0},
+    "dense terms": {"TERM_CAP": 0, "CANDIDATE_CAP": 3, "DIRECT_ROWS": 3},
+    "no intersections": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "AND_ROWS": 0},
+    "no word-index sets": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "MATCH_TERMS": 0, "WALK_SECONDS": 0.0},
 }
 
 

@@ -33,7 +33,7 @@ def test_walk_reads_the_index_in_order_without_sorting(tmp_path: Path) -> None:
     filled(tmp_path)
     conn = sqlite3.connect(index_path(tmp_path))
     search = SqliteSearch(conn, ["the"], restriction=None)
-    sql, params = search.walk_sql([], (0, "2024", 3))
+    sql, params = search.walk_sql([], {1, 2}, (0, "2024", 3))
     plan = " | ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
     assert "doc_walk" in plan
     assert "TEMP B-TREE" not in plan.upper(), plan

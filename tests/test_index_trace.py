@@ -36,7 +36,11 @@ def _fill(root: Path, count: int = 120) -> MemoryCatalog:
 @contextmanager
 def _small_caps(*, walk_seconds: float | None = None) -> Iterator[None]:
     """A tiny candidate cap, so a catalog of a hundred entries takes every branch of the planner."""
-    with mock.patch.object(planner_module, "CANDIDATE_CAP", 3):
+    with (
+        mock.patch.object(planner_module, "CANDIDATE_CAP", 3),
+        mock.patch.object(planner_module, "DIRECT_ROWS", 3),
+        mock.patch.object(planner_module, "SET_ROWS", 3),
+    ):
         if walk_seconds is None:
             yield
         else:

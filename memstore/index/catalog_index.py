@@ -29,7 +29,7 @@ from memstore.index.search import Hit, Planner, PlannerFactory
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.index.sqlite_search import search_rows
 from memstore.index.sqltext import encodable, sql_safe
-from memstore.index.terms import has_long_run
+from memstore.index.terms import has_long_run, marks_text
 from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry, memory_matches, memory_relevance_score, tag_bonus
 from memstore.scan import ScanResult
@@ -37,6 +37,7 @@ from memstore.scan import ScanResult
 SOURCE_NAME = "memory"
 BATCH_ROWS = 20_000
 BULK_HASHSIZE = 64 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class RewritePlan:
@@ -66,7 +67,7 @@ class _Ingest:
     """A whole-source build: the FTS table is rebuilt from ``doc`` in one pass at the end."""
     docs: list[tuple[Any, ...]] = field(default_factory=list)
     pos: list[tuple[int, int, int]] = field(default_factory=list)
-    fts: list[tuple[int, str, str]] = field(default_factory=list)
+    fts: list[tuple[int, str, str, str, str]] = field(default_factory=list)
     tags: list[tuple[int, str]] = field(default_factory=list)
     terms: Counter[tuple[int, str]] = field(default_factory=Counter)
     """(kind, term) -> rows of this batch holding it (bulk builds read the vocabulary from FTS5 instead)."""
@@ -74,11 +75,11 @@ class _Ingest:
     """tag -> tid as read or assigned in this catch-up's transaction, and never beyond it."""
 
 
-RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, int]
+RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, str, str, int]
 
 
 def row_values(entry: MemoryEntry) -> RowValues:
-    """The ``doc`` columns (mid, c, t, created_at, bonus, br, run, odd) an entry is indexed as.
+    """The ``doc`` columns (mid, c, t, created_at, bonus, br, run, mc, mt, odd) an entry is indexed as.
 
     ``c`` is Python's ``content.lower()`` and ``t`` the tags joined by newlines (a
     token never holds whitespace, so it cannot span two tags).  Entries SQLite cannot
@@ -107,9 +108,11 @@ def row_values(entry: MemoryEntry) -> RowValues:
             tag_bonus(entry.tags),
             entry.branch_name,
             entry.run_id,
+            marks_text(content),
+            marks_text(tags),
             0,
         )
-    return (None, "", "", None, 0, None, None, 1)
+    return (None, "", "", None, 0, None, None, "", "", 1)
 
 
 MAX_TAG_PIECES = 32
@@ -295,21 +298,22 @@ class CatalogIndex(IndexedSource):
         ingest.pos.append((row_id, off, length))
         # Odd rows are kept out of SQL matching, but present (empty) in the FTS table so
         # that its integrity check against the content table holds.
-        ingest.fts.append((row_id, values[1], values[2]))
+        ingest.fts.append((row_id, values[1], values[2], values[7], values[8]))
         if not values[-1]:
             ingest.tags.extend((row_id, tag) for tag in entry.tags)
             if not ingest.bulk:
-                vocabulary.row_terms(ingest.terms, values[1], values[2])
+                vocabulary.row_terms(ingest.terms, values[1], values[2], values[7], values[8])
 
     def _flush(self, conn: sqlite3.Connection, ingest: _Ingest) -> None:
         if ingest.docs:
             conn.executemany(
-                "INSERT INTO doc(id, mid, c, t, created_at, bonus, br, run, odd) VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO doc(id, mid, c, t, created_at, bonus, br, run, mc, mt, odd)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 ingest.docs,
             )
             conn.executemany("INSERT INTO pos(id, off, len) VALUES (?,?,?)", ingest.pos)
         if ingest.fts and not ingest.bulk:
-            conn.executemany("INSERT INTO doc_fts(rowid, c, t) VALUES (?,?,?)", ingest.fts)
+            conn.executemany("INSERT INTO doc_fts(rowid, c, t, mc, mt) VALUES (?,?,?,?,?)", ingest.fts)
             vocabulary.add(conn, ingest.terms)
         if ingest.tags:
             tag_ids = ingest.tag_ids
@@ -352,14 +356,15 @@ class CatalogIndex(IndexedSource):
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
-            held = conn.execute(f"SELECT id, c, t FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
-            _delete_tags(conn, [(row_id, tags) for row_id, _content, tags in held])
+            held = conn.execute(f"SELECT id, c, t, mc, mt FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
+            _delete_tags(conn, [(row_id, tags) for row_id, _content, tags, _mc, _mt in held])
             terms: vocabulary.TermCounts = Counter()
-            for _row_id, content, tags in held:
-                vocabulary.row_terms(terms, content, tags)
+            for _row_id, content, tags, content_marks, tag_marks in held:
+                vocabulary.row_terms(terms, content, tags, content_marks, tag_marks)
             vocabulary.remove(conn, terms)
             conn.execute(
-                f"INSERT INTO doc_fts(doc_fts, rowid, c, t) SELECT 'delete', id, c, t FROM doc WHERE id IN ({marks})",
+                f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
+                f" WHERE id IN ({marks})",
                 chunk,
             )
             conn.execute(f"DELETE FROM doc WHERE id IN ({marks})", chunk)
@@ -456,9 +461,7 @@ class CatalogIndex(IndexedSource):
     def id_neighbours(self, memory_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
         """For each id, the nearest different ids before and after it in code point order."""
 
-        def answer(
-            conn: sqlite3.Connection, fd: int, _state: SourceState
-        ) -> dict[str, tuple[str | None, str | None]]:
+        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> dict[str, tuple[str | None, str | None]]:
             odd = sorted({entry.memory_id for _i, _o, _l, entry in self._odd_rows(conn, fd)})
             result: dict[str, tuple[str | None, str | None]] = {}
             for mid in memory_ids:
@@ -579,7 +582,8 @@ class CatalogIndex(IndexedSource):
                 tags = _indexed_tags(conn)
                 expected = iter(scanned.entries)
                 for row_id, *row in conn.execute(
-                    "SELECT doc.id, pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.br, doc.run, doc.odd"
+                    "SELECT doc.id, pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.br, doc.run,"
+                    " doc.mc, doc.mt, doc.odd"
                     " FROM doc JOIN pos ON pos.id = doc.id ORDER BY doc.id"
                 ):
                     indexed += 1

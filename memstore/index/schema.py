@@ -41,6 +41,8 @@ doc = Table(
     Column("odd", Integer, nullable=False, server_default=text("0")),
     Column("br", Text),
     Column("run", Text),
+    Column("mc", Text, nullable=False, server_default=text("''")),
+    Column("mt", Text, nullable=False, server_default=text("''")),
     Index("doc_mid", "mid"),
 )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 CREATE_STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE alembic_version (\n\tversion_num VARCHAR(32) NOT NULL, \n\tCONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)\n)',
     'CREATE TABLE source (\n\tname TEXT NOT NULL, \n\tdev INTEGER NOT NULL, \n\tino INTEGER NOT NULL, \n\tsize INTEGER NOT NULL, \n\tmtime_ns INTEGER NOT NULL, \n\tctime_ns INTEGER NOT NULL, \n\tindexed_to INTEGER NOT NULL, \n\ttail_end INTEGER, \n\thead_hash BLOB NOT NULL, \n\tedge_hash BLOB NOT NULL, \n\tbody_hash BLOB NOT NULL, \n\trecorded_ns INTEGER NOT NULL, \n\trows INTEGER NOT NULL, \n\tcorrupt INTEGER NOT NULL, \n\tblank INTEGER NOT NULL, \n\tPRIMARY KEY (name)\n)',
-    'CREATE TABLE doc (\n\tid INTEGER NOT NULL, \n\tmid TEXT, \n\tc TEXT NOT NULL, \n\tt TEXT NOT NULL, \n\tcreated_at TEXT, \n\tbonus INTEGER NOT NULL, \n\todd INTEGER DEFAULT 0 NOT NULL, br TEXT, run TEXT, \n\tPRIMARY KEY (id)\n)',
+    "CREATE TABLE doc (\n\tid INTEGER NOT NULL, \n\tmid TEXT, \n\tc TEXT NOT NULL, \n\tt TEXT NOT NULL, \n\tcreated_at TEXT, \n\tbonus INTEGER NOT NULL, \n\todd INTEGER DEFAULT 0 NOT NULL, br TEXT, run TEXT, mc TEXT DEFAULT '' NOT NULL, mt TEXT DEFAULT '' NOT NULL, \n\tPRIMARY KEY (id)\n)",
     'CREATE INDEX doc_mid ON doc (mid)',
     'CREATE TABLE pos (\n\tid INTEGER NOT NULL, \n\toff INTEGER NOT NULL, \n\tlen INTEGER NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE TABLE tagvocab (\n\ttid INTEGER NOT NULL, \n\ttag TEXT NOT NULL, \n\tn INTEGER NOT NULL, \n\tPRIMARY KEY (tid), \n\tUNIQUE (tag)\n)',
@@ -28,7 +28,7 @@ CREATE_STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE origin (\n\tid INTEGER NOT NULL, \n\tdev INTEGER NOT NULL, \n\tino INTEGER NOT NULL, \n\tmachine TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE INDEX doc_branch ON doc(br) WHERE br IS NOT NULL',
     'CREATE INDEX doc_run ON doc(run) WHERE run IS NOT NULL',
-    "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, content='doc', content_rowid='id', tokenize='ascii', detail=column)",
+    "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, mc, mt, content='doc', content_rowid='id', tokenize='ascii', detail=column)",
     'CREATE TABLE term (\n\tid INTEGER NOT NULL, \n\tkind INTEGER NOT NULL, \n\ttext TEXT NOT NULL, \n\tn INTEGER NOT NULL, \n\tPRIMARY KEY (id), \n\tCONSTRAINT term_kind_text UNIQUE (kind, text)\n)',
     "CREATE VIRTUAL TABLE term_tri USING fts5(c, t, content='', tokenize='trigram case_sensitive 1', detail=column)",
     "CREATE VIRTUAL TABLE term_gram USING fts5(c, t, content='', tokenize='ascii', detail=column)",

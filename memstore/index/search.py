@@ -44,15 +44,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from memstore.index.db import IndexBusyError
-from memstore.index.terms import CONTENT, TAGS, TermSet, pieces
+from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet, pieces, token_marks
 from memstore.models import CONTENT_POINTS, TAG_POINTS, Descending
 
 CANDIDATE_CAP = 1000
 """Sets of candidate rows up to this size are fetched and scored outright (each costs a read of
 its row, a few µs); larger ones are left to the walk, whose cost does not grow with the catalog."""
-SET_ROWS = 25_000
-"""Tokens whose rows are at most this many become filters of the walk: rows outside them are
-skipped on the index alone (a fraction of a µs), without reading the row."""
+DIRECT_ROWS = 3000
+"""A narrowed candidate set up to this size is scored outright rather than walked."""
+SET_ROWS = 10_000
+"""Word-index sets of at most this many rows are fetched by the narrow step, or become filters
+of the walk: rows outside them are skipped on the index alone, without reading the row."""
 MAX_FILTERS = 3
 AND_ROWS = 150_000
 """Tokens whose terms cover at most this many rows are intersected by the word index when no
@@ -72,7 +74,9 @@ FETCH = 256
 FIRST_FETCH = 16
 """A walk's first batch; batches double up to FETCH, so a walk that stops early reads few rows."""
 WALK_ROWS = 16_000
-"""Walks that bring more rows than this (or four times the limit) into Python give way to one pass."""
+WALK_SHARE = 2
+"""Walks that bring more rows than WALK_ROWS, four times the limit and 1/WALK_SHARE of the catalog
+into Python give way to one pass (a pass costs far more a row than a walk's matching row)."""
 ONE_PASS_SHARE = 8
 """A limit of at least 1/ONE_PASS_SHARE of the rows is answered by scoring every row in one pass."""
 MAX_SQL_TOKENS = 2000
@@ -196,8 +200,8 @@ class TokenTerms:
     multiplicity: int
     content: Column
     tags: Column
-    pieces: int = 1
-    """Runs of term characters in the token: several make each column's rows an intersection."""
+    parts: int = 1
+    """Pieces and marks of the token: several make each column's rows an intersection."""
 
     @property
     def impossible(self) -> bool:
@@ -217,17 +221,20 @@ class TokenTerms:
         return self.content.rows + self.tags.rows
 
 
-def column_of(kind: int, sets: Sequence[TermSet]) -> Column:
-    """One column of a token from the term sets of its pieces: every piece must lie inside a term."""
-    if not sets:
+def column_of(parts: Sequence[tuple[int, TermSet]]) -> Column:
+    """One column of a token from its parts: every piece must lie inside a term, every mark occur.
+
+    ``parts`` pairs each part's term kind with the terms found for it.
+    """
+    if not parts:
         return UNKNOWN
-    if any(found.empty for found in sets):
+    if any(found.empty for _kind, found in parts):
         return IMPOSSIBLE
-    known = [found for found in sets if found.terms is not None]
+    known = [(kind, found.terms, found.rows) for kind, found in parts if found.terms is not None]
     if not known:
         return UNKNOWN
-    match = all_of([Has(kind, found.terms) for found in known if found.terms is not None])
-    return Column(match, min(found.rows for found in known))
+    match = all_of([Has(kind, terms) for kind, terms, _rows in known])
+    return Column(match, min(rows for _kind, _terms, rows in known))
 
 
 # ---------------------------------------------------------------- what a backend supplies
@@ -256,6 +263,10 @@ class SearchQueries(Protocol):
         """The content and tag terms containing ``piece`` (None terms when more than ``cap``)."""
         ...
 
+    def mark(self, code: str, kind: int) -> TermSet:
+        """The mark ``code`` in the marks column ``kind``: one term, or none when no row holds it."""
+        ...
+
     def ids(self, match: Match, cap: int) -> set[int] | None:
         """Ids of the rows ``match`` admits, when fewer than ``cap``; else None."""
         ...
@@ -273,13 +284,17 @@ class SearchQueries(Protocol):
         ...
 
     def walk(
-        self, filters: Sequence[Match], after: tuple[int, str, int] | None, seconds: float | None
+        self,
+        filters: Sequence[Match],
+        candidates: set[int] | None,
+        after: tuple[int, str, int] | None,
+        seconds: float | None,
     ) -> Generator[list[WalkRow], None, None]:
         """Matching rows, best bonus class first and newest first, in growing batches.
 
-        Starts just after ``after`` (bonus, created_at, id).  Rows outside any of ``filters``
-        are skipped before they are read.  With ``seconds``, raises WalkInterrupted once the
-        walk has run that long.
+        Starts just after ``after`` (bonus, created_at, id).  Rows outside any of
+        ``filters``, or outside ``candidates`` when given, are skipped before they are read.
+        With ``seconds``, raises WalkInterrupted once the walk has run that long.
         """
         ...
 
@@ -303,11 +318,15 @@ class Planner:
         self.total_rows = total_rows
         # Candidates up to about twice the limit are scored outright: a walk would visit as many.
         self.cap = max(CANDIDATE_CAP, min(2 * k, FALLBACK_CAP))
+        self.direct = max(self.cap, min(DIRECT_ROWS, FALLBACK_CAP))
+        """A narrowed set up to this size is scored outright; a larger one becomes the walk's filter."""
         self.walked = 0
         # A full SQL pass costs far more a row than a walk's matching row brought into Python:
         # the walks give way only when they have brought in a large share of the catalog.
-        self.walk_cap = max(WALK_ROWS, 4 * k, total_rows // 2)
+        self.walk_cap = max(WALK_ROWS, 4 * k, total_rows // WALK_SHARE)
         self.terms: list[TokenTerms] = []
+        self.candidates: set[int] | None = None
+        """A superset of the matching rows, fetched by the narrow step: the walk reads only these."""
 
     # ------------------------------------------------------------------ the plan
 
@@ -361,13 +380,12 @@ class Planner:
 
     def _token_terms(self, token: str, multiplicity: int) -> TokenTerms:
         found = [self._lookup(piece) for piece in pieces(token)]
-        return TokenTerms(
-            token,
-            multiplicity,
-            column_of(CONTENT, [content for content, _tags in found]),
-            column_of(TAGS, [tags for _content, tags in found]),
-            len(found),
-        )
+        columns = []
+        for index, kind in enumerate((CONTENT, TAGS)):
+            parts = [(kind, sets[index]) for sets in found]
+            parts += [(MARKS_OF[kind], self._mark(code, MARKS_OF[kind])) for code in token_marks(token)]
+            columns.append(column_of(parts))
+        return TokenTerms(token, multiplicity, columns[0], columns[1], len(found) + len(token_marks(token)))
 
     def _known(self) -> list[tuple[int, int, Match]]:
         """(rows, token index, whole match) of the tokens whose rows the word index knows, rarest first."""
@@ -381,29 +399,40 @@ class Planner:
         )
 
     def _narrow(self) -> list[Hit] | None:
-        """The rarest token's rows, or the rare tokens' common rows, scored when few."""
+        """The rarest token's rows, or the rare tokens' common rows, scored when few.
+
+        When they are too many to score but few enough to fetch, they become the walk's
+        filter (``self.candidates``): the walk then reads only those rows.
+        """
         known = self._known()
         if not known:
             return None
         rows, index, rarest = known[0]
-        if rows < self.cap:
+        if rows < SET_ROWS:
             ids = self._narrow_ids(rarest, f"{self.terms[index].token!r}")
             if ids is not None:
-                return self._score_ids(ids)
+                if len(ids) < self.direct:
+                    return self._score_ids(ids)
+                self.candidates = ids
         small = [(index, whole) for rows, index, whole in known if rows <= AND_ROWS]
         # Two tokens, or the pieces of one (``retry_backoff``): an intersection the rows
         # estimate cannot see, cheap to compute in the word index.
-        pieced = any(self.terms[index].pieces > 1 for index, _whole in small)
+        pieced = any(self.terms[index].parts > 1 for index, _whole in small)
         if (len(small) >= 2 or pieced) and sum(term_count(whole) for _index, whole in small) <= MATCH_TERMS:
             first = self.terms[small[0][0]].token
             label = f"{len(small)} tokens together" if len(small) > 1 else f"the pieces of {first!r}"
             ids = self._narrow_ids(all_of([whole for _index, whole in small]), label)
             if ids is not None:
-                return self._score_ids(ids)
+                if len(ids) < self.direct:
+                    return self._score_ids(ids)
+                if self.candidates is None or len(ids) < len(self.candidates):
+                    self.candidates = ids
         return None
 
     def _filters(self) -> list[Match]:
         """Word-index sets a walk tests rows against before reading them: the rare tokens' rows."""
+        if self.candidates is not None:
+            return []
         return [whole for rows, _index, whole in self._known() if rows <= SET_ROWS][:MAX_FILTERS]
 
     def _expand_column(self, found: TokenTerms, kind: int) -> set[int] | None:
@@ -423,8 +452,8 @@ class Planner:
         return self._both_ids(found.token, AllOf((content, tags)))
 
     def _fallback_match(self) -> Match | None:
-        """Rows the word index admits for every token it knows: a superset of the matches."""
-        wholes = [whole for _rows, _index, whole in self._known()]
+        """Rows the word index admits for every token it knows well: a superset of the matches."""
+        wholes = [whole for rows, _index, whole in self._known() if rows <= AND_ROWS]
         if not wholes or sum(map(term_count, wholes)) > MATCH_TERMS:
             return None
         return all_of(wholes)
@@ -434,8 +463,11 @@ class Planner:
     def _lookup(self, piece: str) -> tuple[TermSet, TermSet]:
         return self.q.lookup(piece, TERM_CAP)
 
+    def _mark(self, code: str, kind: int) -> TermSet:
+        return self.q.mark(code, kind)
+
     def _narrow_ids(self, match: Match, _label: str) -> set[int] | None:
-        return self.q.ids(match, self.cap)
+        return self.q.ids(match, SET_ROWS)
 
     def _expand_ids(self, _token: str, _kind: int, match: Match) -> set[int] | None:
         return self.q.ids(match, self.cap)
@@ -474,6 +506,9 @@ class Planner:
             return
         except WalkInterrupted:
             pass
+        if self.candidates is not None and len(self.candidates) < FALLBACK_CAP:
+            top.offer_all(self._score_ids(self.candidates))
+            return
         fallback = self._fallback_match()
         if fallback is not None:
             ids = self._fallback_ids(fallback)
@@ -502,7 +537,7 @@ class Planner:
         Rows come best bonus class first, newest first within a class: once a row cannot
         enter even at its class's best score, no later row can (later classes score less).
         """
-        with closing(self.q.walk(filters, after, seconds)) as batches:
+        with closing(self.q.walk(filters, self.candidates, after, seconds)) as batches:
             for rows in batches:
                 self.walked += len(rows)
                 if self.walked > self.walk_cap:

@@ -33,10 +33,10 @@ from memstore.index.search import (
     sql_tokens,
 )
 from memstore.index.sqltext import sql_safe
-from memstore.index.terms import CONTENT, TAGS, TermSet
+from memstore.index.terms import CONTENT, CONTENT_MARKS, TAG_MARKS, TAGS, TermSet
 from memstore.models import CONTENT_POINTS, TAG_POINTS
 
-COLUMN = {CONTENT: "c", TAGS: "t"}
+COLUMN = {CONTENT: "c", TAGS: "t", CONTENT_MARKS: "mc", TAG_MARKS: "mt"}
 
 
 def quoted(term: str) -> str:
@@ -118,6 +118,10 @@ class SqliteSearch:
             return TermSet(None, sum(n for _text, n in rows))
         return TermSet(tuple(text for text, _n in rows), sum(n for _text, n in rows))
 
+    def mark(self, code: str, kind: int) -> TermSet:
+        row = self.conn.execute("SELECT n FROM term WHERE kind = ? AND text = ?", (kind, code)).fetchone()
+        return TermSet((), 0) if row is None else TermSet((code,), int(row[0]))
+
     def ids(self, match: Match, cap: int) -> set[int] | None:
         rows = self.conn.execute(
             "SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?", (fts_expression(match), cap)
@@ -150,13 +154,18 @@ class SqliteSearch:
             for row_id, score, created_at in self.conn.execute(sql, {**self.params, **extra})
         ]
 
-    def walk_sql(self, filters: Sequence[Match], after: tuple[int, str, int] | None) -> tuple[str, dict[str, object]]:
+    def walk_sql(
+        self, filters: Sequence[Match], candidates: set[int] | None, after: tuple[int, str, int] | None
+    ) -> tuple[str, dict[str, object]]:
         """The walk: SQLite streams it in ``doc_walk`` order (bonus, then newest), never sorting.
 
-        A filter is tested on the index entry's id before the row itself is read.
+        Filters and candidates are tested on the index entry's id before the row is read.
         """
         terms = [f"d.id IN (SELECT rowid FROM doc_fts WHERE doc_fts MATCH :f{i})" for i in range(len(filters))]
         params: dict[str, object] = {**self.params, **{f"f{i}": fts_expression(f) for i, f in enumerate(filters)}}
+        if candidates is not None:
+            terms.append("d.id IN (SELECT value FROM json_each(:candidates))")
+            params["candidates"] = json.dumps(sorted(candidates))
         if after is not None:
             terms.append(
                 "d.bonus <= :rb AND (d.bonus < :rb OR d.created_at < :rc OR (d.created_at = :rc AND d.id > :ri))"
@@ -167,9 +176,13 @@ class SqliteSearch:
         return sql + " ORDER BY d.bonus DESC, d.created_at DESC, d.id", params
 
     def walk(
-        self, filters: Sequence[Match], after: tuple[int, str, int] | None, seconds: float | None
+        self,
+        filters: Sequence[Match],
+        candidates: set[int] | None,
+        after: tuple[int, str, int] | None,
+        seconds: float | None,
     ) -> Generator[list[WalkRow], None, None]:
-        sql, params = self.walk_sql(filters, after)
+        sql, params = self.walk_sql(filters, candidates, after)
         if seconds is not None:
             deadline = time.perf_counter() + seconds
 

@@ -15,8 +15,10 @@ Why this answers the spec's substring search exactly:
 * A token with separators in it occurs only where each of its pieces lies inside some
   term; the rows of those terms are a superset, and every candidate is checked with the
   backend's exact substring test before it is scored.
-* A token of separators only (``->``, ``::``) has no pieces: no term says anything
-  about it, and the planner walks rows instead.
+* Separators are not lost: each column also files the row under its *marks*, the
+  distinct ASCII separators other than whitespace it holds (``"``, ``/``, ``-`` …).  A
+  token occurs in a column only where each of its marks occurs too, so ``"memory"``,
+  ``->`` or ``mem*`` narrow to the rows holding those characters (a superset, checked).
 
 A term longer than FTS5 keeps (it truncates tokens at 32,768 bytes) would lose its
 tail, so rows holding a run that long are kept out of SQL like the other odd rows.
@@ -56,6 +58,25 @@ def has_long_run(texts: Iterable[str]) -> bool:
     return any(len(text) >= LONG_RUN_CHARS and _LONG_RUN.search(text) is not None for text in texts)
 
 
+MARK_CHARS = frozenset(chr(code) for code in range(1, 128) if not chr(code).isalnum() and not chr(code).isspace())
+"""ASCII separators a token can hold (whitespace never is in a token; NUL rows are odd)."""
+
+
+def mark(char: str) -> str:
+    """The term a mark is filed under: ``x`` and its two hex digits (``"`` -> ``x22``)."""
+    return f"x{ord(char):02x}"
+
+
+def token_marks(token: str) -> tuple[str, ...]:
+    """The marks every occurrence of a token brings with it."""
+    return tuple(sorted(mark(char) for char in set(token) & MARK_CHARS))
+
+
+def marks_text(text: str) -> str:
+    """A column's marks, as the text of its marks column (space-separated terms)."""
+    return " ".join(sorted(mark(char) for char in set(text) & MARK_CHARS))
+
+
 def gram_text(term: str) -> str:
     """The 1- and 2-character substrings of a term, space-separated: what finds it by a short piece."""
     grams = set(term)
@@ -65,8 +86,11 @@ def gram_text(term: str) -> str:
 
 CONTENT = 0
 TAGS = 1
-KINDS = (CONTENT, TAGS)
-"""Term kinds: the column a term was seen in (the content, or the newline-joined tags)."""
+CONTENT_MARKS = 2
+TAG_MARKS = 3
+KINDS = (CONTENT, TAGS, CONTENT_MARKS, TAG_MARKS)
+"""Term kinds: the column a term was seen in (the content, the newline-joined tags, or their marks)."""
+MARKS_OF = {CONTENT: CONTENT_MARKS, TAGS: TAG_MARKS}
 
 
 @dataclass(frozen=True, slots=True)

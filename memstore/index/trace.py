@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from memstore.index.search import FALLBACK_CAP, TERM_CAP, Hit, Match, Planner, SearchQueries, TopK
-from memstore.index.terms import CONTENT, TAGS, TermSet
+from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet
 
 
 @dataclass(frozen=True)
@@ -161,6 +161,14 @@ class TracedPlanner(Planner):
             )
         return content, tags
 
+    def _mark(self, code: str, kind: int) -> TermSet:
+        column = "content" if kind == MARKS_OF[CONTENT] else "tags"
+        with self.trace.timed("terms", f"mark {chr(int(code[1:], 16))!r} in {column}") as step:
+            found = super()._mark(code, kind)
+            step.candidates = found.rows
+            step.outcome = f"in at most {found.rows} rows" if found.terms else "in no row"
+        return found
+
     def _narrow_ids(self, match: Match, label: str) -> set[int] | None:
         self._phase = "narrow"
         with self.trace.timed("narrow", f"rows of {label} in the word index") as step:
@@ -221,7 +229,9 @@ class TracedPlanner(Planner):
     def _walk(self, ceiling: int, expanded: set[int], top: TopK) -> None:
         filters = self._filters()
         detail = f"every bonus class, best first; best reachable score {ceiling} + bonus"
-        if filters:
+        if self.candidates is not None:
+            detail += f"; only the {len(self.candidates)} narrowed rows"
+        elif filters:
             detail += f"; rows tested against {len(filters)} word-index set(s) first"
         with self.trace.timed("walk", detail) as step:
             before = len(self.trace.steps)

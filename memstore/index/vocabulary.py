@@ -15,7 +15,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Iterable
 
-from memstore.index.terms import CONTENT, TAGS, gram_text, text_terms
+from memstore.index.terms import CONTENT, CONTENT_MARKS, TAG_MARKS, TAGS, gram_text, text_terms
 
 TermCounts = Counter[tuple[int, str]]
 """(kind, term) -> rows holding it."""
@@ -23,10 +23,23 @@ TermCounts = Counter[tuple[int, str]]
 _VOCAB = "temp.memstore_vocab"
 
 
-def row_terms(counts: TermCounts, content: str, tags: str) -> None:
+COLUMN_KINDS = {"c": CONTENT, "t": TAGS, "mc": CONTENT_MARKS, "mt": TAG_MARKS}
+"""doc_fts column -> term kind."""
+LOOKED_UP = (CONTENT, TAGS)
+"""Kinds found by a piece of a token (marks are looked up whole)."""
+
+
+def _kind_of(column: str) -> str:
+    """SQL mapping an fts5vocab column name to its term kind."""
+    return f"CASE {column} " + " ".join(f"WHEN '{col}' THEN {kind}" for col, kind in COLUMN_KINDS.items()) + " END"
+
+
+def row_terms(counts: TermCounts, content: str, tags: str, content_marks: str, tag_marks: str) -> None:
     """Count one row's terms (each distinct term once per column)."""
     counts.update((CONTENT, term) for term in text_terms(content))
     counts.update((TAGS, term) for term in text_terms(tags))
+    counts.update((CONTENT_MARKS, term) for term in content_marks.split())
+    counts.update((TAG_MARKS, term) for term in tag_marks.split())
 
 
 def _columns(kind: int, value: str) -> tuple[str, str]:
@@ -35,7 +48,7 @@ def _columns(kind: int, value: str) -> tuple[str, str]:
 
 def _index_terms(conn: sqlite3.Connection, rows: Iterable[tuple[int, int, str]]) -> None:
     """File new terms (id, kind, text) under their trigrams and short substrings."""
-    rows = list(rows)
+    rows = [row for row in rows if row[1] in LOOKED_UP]
     conn.executemany(
         "INSERT INTO term_tri(rowid, c, t) VALUES (?, ?, ?)", [(tid, *_columns(kind, text)) for tid, kind, text in rows]
     )
@@ -50,7 +63,7 @@ def add(conn: sqlite3.Connection, counts: TermCounts) -> None:
     if not counts:
         return
     known: dict[tuple[int, str], int] = {}
-    for kind in (CONTENT, TAGS):
+    for kind in COLUMN_KINDS.values():
         texts = [text for term_kind, text in counts if term_kind == kind]
         for start in range(0, len(texts), 20_000):
             chunk = json.dumps(texts[start : start + 20_000])
@@ -88,10 +101,8 @@ def _open_fts_vocabulary(conn: sqlite3.Connection) -> None:
 def load_from_fts(conn: sqlite3.Connection) -> None:
     """Fill an empty vocabulary from FTS5's own term list (after a bulk build of doc_fts)."""
     _open_fts_vocabulary(conn)
-    conn.execute(
-        f"INSERT INTO term(kind, text, n) SELECT CASE col WHEN 'c' THEN {CONTENT} ELSE {TAGS} END, term, doc"
-        f" FROM {_VOCAB} WHERE doc > 0"
-    )
+    kind = _kind_of("col")
+    conn.execute(f"INSERT INTO term(kind, text, n) SELECT {kind}, term, doc FROM {_VOCAB} WHERE doc > 0")
     _index_terms(conn, conn.execute("SELECT id, kind, text FROM term ORDER BY id").fetchall())
 
 
@@ -99,15 +110,17 @@ def differences(conn: sqlite3.Connection) -> int:
     """Terms whose row counts differ from FTS5's (or that FTS5 has and the vocabulary lacks),
     plus terms the lookup tables do not find: 0 for a sound vocabulary."""
     _open_fts_vocabulary(conn)
+    kind_of_v = _kind_of("v.col")
     wrong = conn.execute(
         f"SELECT count(*) FROM {_VOCAB} v WHERE v.doc > 0 AND NOT EXISTS (SELECT 1 FROM term t"
-        f" WHERE t.kind = CASE v.col WHEN 'c' THEN {CONTENT} ELSE {TAGS} END AND t.text = v.term AND t.n = v.doc)"
+        f" WHERE t.kind = {kind_of_v} AND t.text = v.term AND t.n = v.doc)"
     ).fetchone()[0]
     stale = conn.execute(
         f"SELECT count(*) FROM term t WHERE t.n != 0 AND NOT EXISTS (SELECT 1 FROM {_VOCAB} v"
-        f" WHERE v.col = CASE t.kind WHEN {CONTENT} THEN 'c' ELSE 't' END AND v.term = t.text)"
+        f" WHERE {kind_of_v} = t.kind AND v.term = t.text)"
     ).fetchone()[0]
-    ids = conn.execute("SELECT count(*), coalesce(sum(id), 0) FROM term").fetchone()
+    looked_up = ",".join(str(kind) for kind in LOOKED_UP)
+    ids = conn.execute(f"SELECT count(*), coalesce(sum(id), 0) FROM term WHERE kind IN ({looked_up})").fetchone()
     lookups = sum(
         tuple(conn.execute(f"SELECT count(*), coalesce(sum(rowid), 0) FROM {table}").fetchone()) != tuple(ids)
         for table in ("term_tri", "term_gram")

@@ -1,4 +1,4 @@
-"""The word index: FTS5 over terms (runs of letters, digits and non-ASCII) and a term vocabulary.
+"""The word index: FTS5 over terms (runs of letters, digits and non-ASCII) and marks, with a vocabulary.
 
 Replaces the trigram index over whole rows (``doc_fts``): the rows of a token are the
 rows of the vocabulary terms containing it, found through ``term_tri`` (trigrams of
@@ -24,8 +24,11 @@ depends_on = None
 
 def upgrade() -> None:
     op.execute("DROP TABLE IF EXISTS doc_fts")
+    # The marks of each column: its ASCII separators other than whitespace, as terms (x22 for '"').
+    op.add_column("doc", sa.Column("mc", sa.Text, nullable=False, server_default=sa.text("''")))
+    op.add_column("doc", sa.Column("mt", sa.Text, nullable=False, server_default=sa.text("''")))
     op.execute(
-        "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, content='doc', content_rowid='id', "
+        "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, mc, mt, content='doc', content_rowid='id', "
         "tokenize='ascii', detail=column)"
     )
     op.create_table(
@@ -58,6 +61,8 @@ def downgrade() -> None:
     op.execute("DROP TABLE IF EXISTS term_tri")
     op.drop_table("term")
     op.execute("DROP TABLE IF EXISTS doc_fts")
+    op.drop_column("doc", "mt")
+    op.drop_column("doc", "mc")
     op.execute(
         "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, content='doc', content_rowid='id', "
         "tokenize='trigram case_sensitive 1', detail=column)"
