@@ -13,7 +13,9 @@ import pytest
 
 from memstore.catalog import MemoryCatalog
 from memstore.index.db import INDEX_DIRNAME, INDEX_FILENAME, SCHEMA_VERSION, IndexFile
+from memstore.index.search import Has
 from memstore.index.sqlite_search import SqliteSearch
+from memstore.index.terms import CONTENT
 
 
 def index_path(root: Path) -> Path:
@@ -33,7 +35,7 @@ def test_walk_reads_the_index_in_order_without_sorting(tmp_path: Path) -> None:
     filled(tmp_path)
     conn = sqlite3.connect(index_path(tmp_path))
     search = SqliteSearch(conn, ["the"], restriction=None)
-    sql, params = search.walk_sql([], {1, 2}, (0, "2024", 3))
+    sql, params = search.walk_sql([Has(CONTENT, ("the",))], (0, "2024", 3))
     plan = " | ".join(row[-1] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
     assert "doc_walk" in plan
     assert "TEMP B-TREE" not in plan.upper(), plan

@@ -50,7 +50,7 @@ from memstore.models import CONTENT_POINTS, TAG_POINTS, Descending
 CANDIDATE_CAP = 1000
 """Sets of candidate rows up to this size are fetched and scored outright (each costs a read of
 its row, a few µs); larger ones are left to the walk, whose cost does not grow with the catalog."""
-DIRECT_ROWS = 3000
+DIRECT_ROWS = 4000
 """A narrowed candidate set up to this size is scored outright rather than walked."""
 SET_ROWS = 10_000
 """Word-index sets of at most this many rows are fetched by the narrow step, or become filters
@@ -62,6 +62,9 @@ single one is rare: the intersection costs about a tenth of a microsecond a row.
 TERM_CAP = 200
 """Terms per piece and column beyond which the column is *dense* for the piece: a set over that
 many terms costs more to evaluate than the walk it would save."""
+PART_ROWS = 200_000
+"""Of a token's pieces and marks, those held by more rows than this are left out of its word-index
+set (a superset either way; a large part costs more to intersect than it removes)."""
 MATCH_TERMS = 2000
 """Terms one word-index expression may name; a longer one (a long pasted query) is not built."""
 PROGRESS_OPS = 200
@@ -230,11 +233,16 @@ def column_of(parts: Sequence[tuple[int, TermSet]]) -> Column:
         return UNKNOWN
     if any(found.empty for _kind, found in parts):
         return IMPOSSIBLE
-    known = [(kind, found.terms, found.rows) for kind, found in parts if found.terms is not None]
+    known = sorted(
+        ((found.rows, kind, found.terms) for kind, found in parts if found.terms is not None), key=lambda item: item[0]
+    )
     if not known:
         return UNKNOWN
-    match = all_of([Has(kind, terms) for kind, terms, _rows in known])
-    return Column(match, min(rows for _kind, _terms, rows in known))
+    if len(parts) > 1:
+        # Every part only narrows a superset: parts that narrow little cost more than they save.
+        known = known[:1] + [part for part in known[1:] if part[0] <= PART_ROWS]
+    match = all_of([Has(kind, terms) for _rows, kind, terms in known])
+    return Column(match, known[0][0])
 
 
 # ---------------------------------------------------------------- what a backend supplies
@@ -271,8 +279,16 @@ class SearchQueries(Protocol):
         """Ids of the rows ``match`` admits, when fewer than ``cap``; else None."""
         ...
 
+    def count(self, match: Match, cap: int) -> int:
+        """How many rows ``match`` admits, counted up to ``cap``."""
+        ...
+
     def score_ids(self, ids: set[int], k: int) -> list[Hit]:
         """The best ``k`` of these rows that match every token (and the filter), ordered."""
+        ...
+
+    def score_match(self, match: Match, k: int) -> list[Hit]:
+        """The best ``k`` of the rows ``match`` admits that match every token (and the filter)."""
         ...
 
     def restricted(self, cap: int, k: int) -> list[Hit] | None:
@@ -284,17 +300,13 @@ class SearchQueries(Protocol):
         ...
 
     def walk(
-        self,
-        filters: Sequence[Match],
-        candidates: set[int] | None,
-        after: tuple[int, str, int] | None,
-        seconds: float | None,
+        self, filters: Sequence[Match], after: tuple[int, str, int] | None, seconds: float | None
     ) -> Generator[list[WalkRow], None, None]:
         """Matching rows, best bonus class first and newest first, in growing batches.
 
-        Starts just after ``after`` (bonus, created_at, id).  Rows outside any of
-        ``filters``, or outside ``candidates`` when given, are skipped before they are read.
-        With ``seconds``, raises WalkInterrupted once the walk has run that long.
+        Starts just after ``after`` (bonus, created_at, id).  Rows outside any of ``filters``
+        are skipped before they are read.  With ``seconds``, raises WalkInterrupted once the
+        walk has run that long.
         """
         ...
 
@@ -325,8 +337,8 @@ class Planner:
         # the walks give way only when they have brought in a large share of the catalog.
         self.walk_cap = max(WALK_ROWS, 4 * k, total_rows // WALK_SHARE)
         self.terms: list[TokenTerms] = []
-        self.candidates: set[int] | None = None
-        """A superset of the matching rows, fetched by the narrow step: the walk reads only these."""
+        self.narrowed: tuple[Match, int] | None = None
+        """A superset of the matching rows and its size, found by the narrow step: the walk reads only these."""
 
     # ------------------------------------------------------------------ the plan
 
@@ -401,38 +413,42 @@ class Planner:
     def _narrow(self) -> list[Hit] | None:
         """The rarest token's rows, or the rare tokens' common rows, scored when few.
 
-        When they are too many to score but few enough to fetch, they become the walk's
-        filter (``self.candidates``): the walk then reads only those rows.
+        When they are too many to score outright but few enough to count, they become the
+        walk's only filter (``self.narrowed``): the walk then reads only those rows.  Sets
+        counted here never leave the backend: scoring and walking take the same expression.
         """
         known = self._known()
         if not known:
             return None
+        options: list[tuple[Match, str, bool]] = []
         rows, index, rarest = known[0]
         if rows < SET_ROWS:
-            ids = self._narrow_ids(rarest, f"{self.terms[index].token!r}")
-            if ids is not None:
-                if len(ids) < self.direct:
-                    return self._score_ids(ids)
-                self.candidates = ids
+            options.append((rarest, f"{self.terms[index].token!r}", self.terms[index].parts == 1))
         small = [(index, whole) for rows, index, whole in known if rows <= AND_ROWS]
-        # Two tokens, or the pieces of one (``retry_backoff``): an intersection the rows
-        # estimate cannot see, cheap to compute in the word index.
-        pieced = any(self.terms[index].parts > 1 for index, _whole in small)
-        if (len(small) >= 2 or pieced) and sum(term_count(whole) for _index, whole in small) <= MATCH_TERMS:
+        # Two tokens, or the parts of one (``retry_backoff``, ``"memory"``): an intersection
+        # the rows estimate cannot see, cheap to count in the word index.
+        together = len(small) >= 2 or (small and self.terms[small[0][0]].parts > 1 and not options)
+        if together and sum(term_count(whole) for _index, whole in small) <= MATCH_TERMS:
             first = self.terms[small[0][0]].token
-            label = f"{len(small)} tokens together" if len(small) > 1 else f"the pieces of {first!r}"
-            ids = self._narrow_ids(all_of([whole for _index, whole in small]), label)
-            if ids is not None:
-                if len(ids) < self.direct:
-                    return self._score_ids(ids)
-                if self.candidates is None or len(ids) < len(self.candidates):
-                    self.candidates = ids
+            label = f"{len(small)} tokens together" if len(small) > 1 else f"the parts of {first!r}"
+            exact = all(self.terms[index].parts == 1 for index, _whole in small)
+            options.append((all_of([whole for _index, whole in small]), label, exact))
+        for match, label, exact in options:
+            count = self._narrow_count(match, label)
+            if count >= SET_ROWS:
+                continue
+            # A superset (a token with separators or several pieces) may hold few true matches,
+            # so a walk over it could find none and read every row: score it outright.
+            if count < self.direct or not exact:
+                return self._score_match(match, count)
+            if self.narrowed is None or count < self.narrowed[1]:
+                self.narrowed = (match, count)
         return None
 
     def _filters(self) -> list[Match]:
         """Word-index sets a walk tests rows against before reading them: the rare tokens' rows."""
-        if self.candidates is not None:
-            return []
+        if self.narrowed is not None:
+            return [self.narrowed[0]]
         return [whole for rows, _index, whole in self._known() if rows <= SET_ROWS][:MAX_FILTERS]
 
     def _expand_column(self, found: TokenTerms, kind: int) -> set[int] | None:
@@ -466,8 +482,11 @@ class Planner:
     def _mark(self, code: str, kind: int) -> TermSet:
         return self.q.mark(code, kind)
 
-    def _narrow_ids(self, match: Match, _label: str) -> set[int] | None:
-        return self.q.ids(match, SET_ROWS)
+    def _narrow_count(self, match: Match, _label: str) -> int:
+        return self.q.count(match, SET_ROWS)
+
+    def _score_match(self, match: Match, _rows: int) -> list[Hit]:
+        return self.q.score_match(match, self.k)
 
     def _expand_ids(self, _token: str, _kind: int, match: Match) -> set[int] | None:
         return self.q.ids(match, self.cap)
@@ -506,8 +525,9 @@ class Planner:
             return
         except WalkInterrupted:
             pass
-        if self.candidates is not None and len(self.candidates) < FALLBACK_CAP:
-            top.offer_all(self._score_ids(self.candidates))
+        if self.narrowed is not None:
+            # A walk over few rows that cannot stop early: scoring them all costs less.
+            top.offer_all(self._score_match(*self.narrowed))
             return
         fallback = self._fallback_match()
         if fallback is not None:
@@ -537,7 +557,7 @@ class Planner:
         Rows come best bonus class first, newest first within a class: once a row cannot
         enter even at its class's best score, no later row can (later classes score less).
         """
-        with closing(self.q.walk(filters, self.candidates, after, seconds)) as batches:
+        with closing(self.q.walk(filters, after, seconds)) as batches:
             for rows in batches:
                 self.walked += len(rows)
                 if self.walked > self.walk_cap:

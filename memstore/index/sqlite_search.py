@@ -122,6 +122,13 @@ class SqliteSearch:
         row = self.conn.execute("SELECT n FROM term WHERE kind = ? AND text = ?", (kind, code)).fetchone()
         return TermSet((), 0) if row is None else TermSet((code,), int(row[0]))
 
+    def count(self, match: Match, cap: int) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?)",
+            (fts_expression(match), cap),
+        ).fetchone()
+        return int(row[0])
+
     def ids(self, match: Match, cap: int) -> set[int] | None:
         rows = self.conn.execute(
             "SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?", (fts_expression(match), cap)
@@ -135,6 +142,12 @@ class SqliteSearch:
     def score_ids(self, ids: set[int], k: int) -> list[Hit]:
         sql = f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
         return self._hits(sql + self.order, ids=json.dumps(sorted(ids)), k=k)
+
+    def score_match(self, match: Match, k: int) -> list[Hit]:
+        within = "d.id IN (SELECT rowid FROM doc_fts WHERE doc_fts MATCH :m)"
+        return self._hits(
+            f"{self.select} FROM doc d WHERE {within} AND {self.match_sql}" + self.order, m=fts_expression(match), k=k
+        )
 
     def restricted(self, cap: int, k: int) -> list[Hit] | None:
         if self.restriction is None:
@@ -154,18 +167,13 @@ class SqliteSearch:
             for row_id, score, created_at in self.conn.execute(sql, {**self.params, **extra})
         ]
 
-    def walk_sql(
-        self, filters: Sequence[Match], candidates: set[int] | None, after: tuple[int, str, int] | None
-    ) -> tuple[str, dict[str, object]]:
+    def walk_sql(self, filters: Sequence[Match], after: tuple[int, str, int] | None) -> tuple[str, dict[str, object]]:
         """The walk: SQLite streams it in ``doc_walk`` order (bonus, then newest), never sorting.
 
-        Filters and candidates are tested on the index entry's id before the row is read.
+        A filter is tested on the index entry's id before the row itself is read.
         """
         terms = [f"d.id IN (SELECT rowid FROM doc_fts WHERE doc_fts MATCH :f{i})" for i in range(len(filters))]
         params: dict[str, object] = {**self.params, **{f"f{i}": fts_expression(f) for i, f in enumerate(filters)}}
-        if candidates is not None:
-            terms.append("d.id IN (SELECT value FROM json_each(:candidates))")
-            params["candidates"] = json.dumps(sorted(candidates))
         if after is not None:
             terms.append(
                 "d.bonus <= :rb AND (d.bonus < :rb OR d.created_at < :rc OR (d.created_at = :rc AND d.id > :ri))"
@@ -176,13 +184,9 @@ class SqliteSearch:
         return sql + " ORDER BY d.bonus DESC, d.created_at DESC, d.id", params
 
     def walk(
-        self,
-        filters: Sequence[Match],
-        candidates: set[int] | None,
-        after: tuple[int, str, int] | None,
-        seconds: float | None,
+        self, filters: Sequence[Match], after: tuple[int, str, int] | None, seconds: float | None
     ) -> Generator[list[WalkRow], None, None]:
-        sql, params = self.walk_sql(filters, candidates, after)
+        sql, params = self.walk_sql(filters, after)
         if seconds is not None:
             deadline = time.perf_counter() + seconds
 

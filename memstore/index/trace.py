@@ -28,7 +28,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
-from memstore.index.search import FALLBACK_CAP, TERM_CAP, Hit, Match, Planner, SearchQueries, TopK
+from memstore.index import search
+from memstore.index.search import Hit, Match, Planner, SearchQueries, TopK
 from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet
 
 
@@ -169,12 +170,22 @@ class TracedPlanner(Planner):
             step.outcome = f"in at most {found.rows} rows" if found.terms else "in no row"
         return found
 
-    def _narrow_ids(self, match: Match, label: str) -> set[int] | None:
+    def _narrow_count(self, match: Match, label: str) -> int:
         self._phase = "narrow"
         with self.trace.timed("narrow", f"rows of {label} in the word index") as step:
-            found = super()._narrow_ids(match, label)
-            step.candidates, step.outcome = _few(found, self.cap)
-        return found
+            count = super()._narrow_count(match, label)
+            if count >= search.SET_ROWS:
+                step.outcome = f"too many (at least {search.SET_ROWS})"
+            else:
+                step.candidates = count
+                step.outcome = "few: scored outright" if count < self.direct else f"fewer than {search.SET_ROWS}"
+        return count
+
+    def _score_match(self, match: Match, rows: int) -> list[Hit]:
+        with self.trace.timed(self._phase, "score the candidates in SQL") as step:
+            hits = super()._score_match(match, rows)
+            step.candidates, step.outcome = rows, "scored"
+        return hits
 
     def _expand_ids(self, token: str, kind: int, match: Match) -> set[int] | None:
         self._phase = "expand"
@@ -196,7 +207,7 @@ class TracedPlanner(Planner):
             found = super()._fallback_ids(match)
             step.candidates = len(found) if found is not None else None
             step.outcome = (
-                "few enough to score them all" if found is not None else f"too many (at least {FALLBACK_CAP})"
+                "few enough to score them all" if found is not None else f"too many (at least {search.FALLBACK_CAP})"
             )
         return found
 
@@ -229,8 +240,8 @@ class TracedPlanner(Planner):
     def _walk(self, ceiling: int, expanded: set[int], top: TopK) -> None:
         filters = self._filters()
         detail = f"every bonus class, best first; best reachable score {ceiling} + bonus"
-        if self.candidates is not None:
-            detail += f"; only the {len(self.candidates)} narrowed rows"
+        if self.narrowed is not None:
+            detail += f"; only the {self.narrowed[1]} narrowed rows"
         elif filters:
             detail += f"; rows tested against {len(filters)} word-index set(s) first"
         with self.trace.timed("walk", detail) as step:
@@ -244,7 +255,7 @@ class TracedPlanner(Planner):
 
 def _terms_outcome(found: TermSet) -> str:
     if found.terms is None:
-        return f"more than {TERM_CAP} terms"
+        return f"more than {search.TERM_CAP} terms"
     if not found.terms:
         return "none"
     return f"{len(found.terms)} terms, at most {found.rows} rows"
