@@ -50,7 +50,7 @@ from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.index.db import IndexBusyError, IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
-from memstore.layout import ensure_store, store_dir
+from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
@@ -58,9 +58,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-CATALOG_FILENAME = "memory.jsonl"
-QUARANTINE_FILENAME = "memory-quarantine.jsonl"
-LOCK_FILENAME = "memory.lock"
 INDEX_RETRY_SECONDS = 30.0
 """After the index fails, reads scan for this long before trying the index again."""
 
@@ -110,9 +107,9 @@ class MemoryCatalog:
         if not isinstance(readonly, bool):
             raise ArgumentTypeError("readonly must be a bool")
         self.directory = directory
-        self.path = directory / CATALOG_FILENAME
-        self.quarantine_path = directory / QUARANTINE_FILENAME
-        self.lock_path = directory / LOCK_FILENAME
+        self.path = directory / CATALOG_FILE
+        self.quarantine_path = directory / QUARANTINE_FILE
+        self.lock_path = directory / CATALOG_LOCK
         self.readonly = readonly
         self.private = private
         self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE

@@ -24,6 +24,7 @@ from typing import Any
 
 from memstore.catalog import MemoryCatalog
 from memstore.errors import IndexUnavailableError
+from memstore.layout import CATALOG_FILE, store_dir
 from memstore.models import MemoryEntry
 from memstore.sample.catalog import DEFAULT_SEED, write_catalog
 
@@ -74,7 +75,7 @@ def _print_results(entries: Sequence[MemoryEntry]) -> None:
 
 def run_demo(root: Path, *, size: int, seed: int) -> bool:
     """The whole tour; returns False if the index and the scan ever disagreed."""
-    catalog_path = root / ".teaagent" / "memory.jsonl"
+    catalog_path = store_dir(root) / CATALOG_FILE
     started = time.perf_counter()
     write_catalog(catalog_path, size, seed=seed, workers=1)
     megabytes = catalog_path.stat().st_size / 1e6
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.size < 1:
         parser.error("--size must be at least 1")
-    if args.root is not None and (Path(args.root) / ".teaagent" / "memory.jsonl").exists():
+    if args.root is not None and (store_dir(args.root) / CATALOG_FILE).exists():
         parser.error(f"{args.root} already holds a catalog; give an empty directory (the demo writes one)")
     started = time.perf_counter()
     with _workspace(args.root) as root:

@@ -28,12 +28,16 @@ from memstore.json_array import encode_array, parse_array
 from memstore.jsonl import is_blank, parse_json_bytes
 from memstore.layout import (
     CATALOG_FILE,
+    CATALOG_LOCK,
     FAILURES_FILE,
+    FAILURES_LOCK,
     MEMORY_DIRNAME,
     PINNED_FILE,
+    PINNED_LOCK,
     QUARANTINE_FILE,
     STORE_DIRNAME,
     TEAM_FILE,
+    TEAM_LOCK,
     has_store,
     store_dir,
 )
@@ -439,7 +443,7 @@ def _lines_bytes(lines: list[bytes]) -> bytes:
 def _targets(root: Path) -> list[_Target]:
     store = store_dir(root)
     memory = store / MEMORY_DIRNAME
-    memory_lock = store / "memory.lock"
+    memory_lock = store / CATALOG_LOCK
     return [
         _Target(
             store / CATALOG_FILE,
@@ -448,9 +452,9 @@ def _targets(root: Path) -> list[_Target]:
             _lines_bytes,
         ),
         _Target(store / QUARANTINE_FILE, memory_lock, _check_catalog_file, _lines_bytes),
-        _Target(store / TEAM_FILE, store / "team-memory.lock", _check_team_file, _lines_bytes),
-        _Target(memory / FAILURES_FILE, memory / "failures.lock", _check_array_file, encode_array),
-        _Target(memory / PINNED_FILE, memory / "pinned.lock", _check_array_file, encode_array),
+        _Target(store / TEAM_FILE, store / TEAM_LOCK, _check_team_file, _lines_bytes),
+        _Target(memory / FAILURES_FILE, memory / FAILURES_LOCK, _check_array_file, encode_array),
+        _Target(memory / PINNED_FILE, memory / PINNED_LOCK, _check_array_file, encode_array),
     ]
 
 

@@ -36,7 +36,7 @@ from memstore.files import READ_CHUNK, open_regular, read_regular_file, storage_
 from memstore.index.card_index import CardIndex
 from memstore.index.db import IndexBusyError
 from memstore.json_array import JsonArrayFile, parse_array
-from memstore.layout import FAILURES_FILE, ensure_memory_dir, store_dir
+from memstore.layout import CONFIG_FILE, FAILURES_FILE, FAILURES_LOCK, ensure_memory_dir, store_dir
 from memstore.models import check_limit
 
 logger = logging.getLogger(__name__)
@@ -112,8 +112,8 @@ class FailureCardStorage:
         self.root = Path(root)
         directory = ensure_memory_dir(self.root)
         self.path = directory / FAILURES_FILE
-        self.lock_path = directory / "failures.lock"
-        self.config_path = store_dir(self.root) / "config.json"
+        self.lock_path = directory / FAILURES_LOCK
+        self.config_path = store_dir(self.root) / CONFIG_FILE
         self._file = JsonArrayFile(self.path, self.lock_path)
         self._index: CardIndex | None = (
             CardIndex(self.path, store_dir(self.root), load_records=records_from_bytes) if use_index else None

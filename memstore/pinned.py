@@ -43,7 +43,7 @@ from typing import Any
 
 from memstore.errors import ArgumentTypeError, InvalidArgumentError
 from memstore.json_array import JsonArrayFile
-from memstore.layout import PINNED_FILE, ensure_memory_dir, memory_dir
+from memstore.layout import PINNED_FILE, PINNED_LOCK, ensure_memory_dir, memory_dir
 from memstore.models import check_finite_number
 
 logger = logging.getLogger(__name__)
@@ -291,7 +291,7 @@ class PinnedFileStorage:
         self.root = Path(root)
         self.directory = memory_dir(self.root)
         self.path = self.directory / PINNED_FILE
-        self._file = JsonArrayFile(self.path, self.directory / "pinned.lock", prepare=self._prepare_write)
+        self._file = JsonArrayFile(self.path, self.directory / PINNED_LOCK, prepare=self._prepare_write)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from memstore.errors import ArgumentTypeError, EmptyContentError, EntryNotFoundError, InvalidArgumentError
 from memstore.files import FileLock, append_line, atomic_write, read_regular_file
-from memstore.layout import ensure_store, store_dir
+from memstore.layout import TEAM_FILE, TEAM_LOCK, ensure_store, store_dir
 from memstore.models import check_limit, utc_now_iso
 
 EMPTY_PROMPT = "[team-memory] No shared team context available."
@@ -37,8 +37,8 @@ class TeamMemory:
     def __init__(self, root: str | Path = ".") -> None:
         self.root = Path(root)
         self.directory = store_dir(self.root)
-        self.path = self.directory / "team-memory.md"
-        self._lock = FileLock(self.directory / "team-memory.lock")
+        self.path = self.directory / TEAM_FILE
+        self._lock = FileLock(self.directory / TEAM_LOCK)
 
     def add(self, entry: str) -> str:
         """Append one entry and return the written line (without its newline)."""
