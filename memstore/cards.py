@@ -15,8 +15,17 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar
 
-from memstore.errors import ArgumentTypeError, InvalidArgumentError
-from memstore.models import check_finite_number
+from memstore.checks import (
+    check_finite_number,
+    non_empty_str,
+    optional_int,
+    optional_str,
+    require_bool,
+    require_str,
+    str_items,
+    str_list,
+)
+from memstore.errors import InvalidArgumentError
 
 CONFIDENCE_LEVELS = ("low", "medium", "high")
 WARNING_BEHAVIORS = ("info", "warning", "block")
@@ -64,68 +73,28 @@ def _clamp(allowed: tuple[str, ...], default: str) -> Callable[[str, object], st
     return normalise
 
 
-def _text(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise ArgumentTypeError(f"{name} must be a str, not {type(value).__name__}")
-    return value
-
-
-def _card_id(name: str, value: object) -> str:
-    text = _text(name, value).strip()
-    if not text:
-        raise InvalidArgumentError(f"{name} cannot be empty")
-    return text
-
-
-def _optional_text(name: str, value: object) -> str | None:
-    return None if value is None else _text(name, value)
-
-
-def _optional_int(name: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentTypeError(f"{name} must be an int or None, not {type(value).__name__}")
-    return value
-
-
 def _optional_finite_float(name: str, value: object) -> float | None:
     return None if value is None else check_finite_number(name, value)
 
 
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ArgumentTypeError(f"{name} must be a bool, not {type(value).__name__}")
-    return value
-
-
-def _path_list(name: str, value: object) -> list[str]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise ArgumentTypeError(f"{name} must be a list of str, not {type(value).__name__}")
-    for item in value:
-        if not isinstance(item, str):
-            raise ArgumentTypeError(f"{name} must contain only str, got {type(item).__name__}")
-    return list(value)
-
-
 _NORMALISERS: dict[str, Callable[[str, object], Any]] = {
-    "id": _card_id,
-    "run_id": _text,
+    "id": non_empty_str,
+    "run_id": require_str,
     "timestamp": check_finite_number,
-    "error_type": _text,
-    "file_path": _text,
-    "line_number": _optional_int,
-    "error_message": _text,
-    "task_description": _text,
-    "context_files": _path_list,
+    "error_type": require_str,
+    "file_path": require_str,
+    "line_number": optional_int,
+    "error_message": require_str,
+    "task_description": require_str,
+    "context_files": str_list,
     "confidence": _clamp(CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE),
     "expires_at": _optional_finite_float,
-    "invalidated": _flag,
-    "invalidation_reason": _optional_text,
+    "invalidated": require_bool,
+    "invalidation_reason": optional_str,
     "warning_behavior": _clamp(WARNING_BEHAVIORS, DEFAULT_WARNING_BEHAVIOR),
     "reviewer_type": _clamp(REVIEWER_TYPES, DEFAULT_REVIEWER_TYPE),
-    "evidence_command": _optional_text,
-    "evidence_exit_code": _optional_int,
+    "evidence_command": optional_str,
+    "evidence_exit_code": optional_int,
 }
 
 
@@ -189,14 +158,7 @@ class FailureCard:
         ``ttl_seconds <= 0`` means the card never expires.
         """
         ttl = check_finite_number("ttl_seconds", ttl_seconds)
-        if isinstance(context_files, (str, bytes)):
-            raise ArgumentTypeError("context_files must be an iterable of str, not a single string")
-        try:
-            files = list(context_files)
-        except TypeError:
-            raise ArgumentTypeError(
-                f"context_files must be an iterable of str, not {type(context_files).__name__}"
-            ) from None
+        files = str_items("context_files", context_files)
         now = datetime.now().timestamp()
         return cls(
             id=str(uuid.uuid4())[:8],
@@ -303,15 +265,15 @@ class AutoInvalidationRule:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        self.trigger = _card_id("trigger", self.trigger)
+        self.trigger = non_empty_str("trigger", self.trigger)
         self.confidence = _clamp(CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE)("confidence", self.confidence)
-        action = _text("action", self.action).strip().lower()
+        action = require_str("action", self.action).strip().lower()
         if action not in RULE_ACTIONS:
             raise InvalidArgumentError(f"action must be one of {RULE_ACTIONS}, got {self.action!r}")
         self.action = action
         if self.paths is not None:
-            self.paths = _path_list("paths", self.paths)
-        self.enabled = _flag("enabled", self.enabled)
+            self.paths = str_list("paths", self.paths)
+        self.enabled = require_bool("enabled", self.enabled)
 
     def applies_to(self, file_path: str) -> bool:
         """The ``paths`` filter: a prefix match on the card's path (a leading './' ignored)."""
@@ -382,22 +344,12 @@ def is_test_path(path: str) -> bool:
 
 def task_keywords(text: str) -> frozenset[str]:
     """Words of 3+ ASCII letters/digits in ``text.lower()``, minus the stopwords."""
-    if not isinstance(text, str):
-        raise ArgumentTypeError(f"task_description must be a str, not {type(text).__name__}")
-    return frozenset(_KEYWORD_RE.findall(text.lower())) - STOPWORDS
+    return frozenset(_KEYWORD_RE.findall(require_str("task_description", text).lower())) - STOPWORDS
 
 
 def check_file_paths(file_paths: object) -> tuple[str, ...]:
     """Validate a query's paths: an iterable of str, never a bare string."""
-    if isinstance(file_paths, (str, bytes)):
-        raise ArgumentTypeError("file_paths must be an iterable of str, not a single string")
-    if not isinstance(file_paths, Iterable):
-        raise ArgumentTypeError(f"file_paths must be an iterable of str, not {type(file_paths).__name__}")
-    paths: tuple[object, ...] = tuple(file_paths)
-    for path in paths:
-        if not isinstance(path, str):
-            raise ArgumentTypeError(f"file_paths must contain only str, got {type(path).__name__}")
-    return paths  # type: ignore[return-value]
+    return tuple(str_items("file_paths", file_paths))
 
 
 def card_match_score(

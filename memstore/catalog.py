@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memstore.checks import check_limit, check_readonly, require_mapping, require_str
 from memstore.entry_filter import EntryFilter
 from memstore.errors import (
-    ArgumentTypeError,
     EntryNotFoundError,
     IndexUnavailableError,
     InvalidArgumentError,
@@ -51,7 +51,7 @@ from memstore.index.db import IndexBusyError, IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
-from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
+from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
 log = logging.getLogger(__name__)
@@ -104,8 +104,7 @@ class MemoryCatalog:
         return catalog
 
     def _setup(self, directory: Path, *, readonly: bool, private: bool, use_index: bool) -> None:
-        if not isinstance(readonly, bool):
-            raise ArgumentTypeError("readonly must be a bool")
+        check_readonly(readonly)
         self.directory = directory
         self.path = directory / CATALOG_FILE
         self.quarantine_path = directory / QUARANTINE_FILE
@@ -171,8 +170,7 @@ class MemoryCatalog:
     ) -> MemoryEntry:
         """Append to the quarantine file only; quarantined entries never reach memory.jsonl."""
         self._require_writable("add quarantined memory")
-        if not isinstance(provenance, Mapping):
-            raise ArgumentTypeError(f"provenance must be a dict, not {type(provenance).__name__}")
+        require_mapping("provenance", provenance, wanted="a dict")
         entry = self._new_entry(content, tags, branch_name, run_id)
         line = _readable(encode_entry(entry, quarantine=True, provenance=dict(provenance)))
         with self._lock():
@@ -192,12 +190,12 @@ class MemoryCatalog:
 
     def delete_by_branch(self, branch_name: str) -> int:
         self._require_writable("delete memory")
-        _require_str("branch_name", branch_name)
+        require_str("branch_name", branch_name)
         return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name))
 
     def delete_by_run_id(self, run_id: str) -> int:
         self._require_writable("delete memory")
-        _require_str("run_id", run_id)
+        require_str("run_id", run_id)
         return len(self._rewrite_without(lambda entry: entry.run_id == run_id, hint=run_id))
 
     def quarantine_by_branch(self, branch_name: str, reason: str) -> int:
@@ -206,8 +204,8 @@ class MemoryCatalog:
         A crash between the two steps leaves the entries in both files, never in neither.
         """
         self._require_writable("quarantine memory")
-        _require_str("branch_name", branch_name)
-        _require_str("reason", reason)
+        require_str("branch_name", branch_name)
+        require_str("reason", reason)
 
         def move(entries: builtins.list[MemoryEntry]) -> None:
             quarantined_at = utc_now_iso()
@@ -465,7 +463,7 @@ class MemoryCatalog:
 
     def show(self, memory_id: str) -> MemoryEntry:
         """The first entry in file order with this id; FileNotFoundError when there is none."""
-        _require_str("memory_id", memory_id)
+        require_str("memory_id", memory_id)
         wanted = memory_id.strip()
         found: MemoryEntry | None = None
         if wanted:
@@ -625,8 +623,3 @@ def _is_whole_line(data: bytes) -> bool:
     so only bytes that do not parse can be a write cut short.
     """
     return is_blank(data) or is_json(data)
-
-
-def _require_str(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise ArgumentTypeError(f"{name} must be a str, not {type(value).__name__}")

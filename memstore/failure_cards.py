@@ -31,13 +31,13 @@ from memstore.cards import (
     rank_cards,
     task_keywords,
 )
-from memstore.errors import ArgumentTypeError, IndexUnavailableError, InvalidArgumentError, StorageError
+from memstore.checks import check_limit, optional_str, require_path, require_str, wrong_type
+from memstore.errors import IndexUnavailableError, InvalidArgumentError, StorageError
 from memstore.files import READ_CHUNK, open_regular, read_regular_file, storage_error
 from memstore.index.card_index import CardIndex
 from memstore.index.db import IndexBusyError
 from memstore.json_array import JsonArrayFile, parse_array
 from memstore.layout import CONFIG_FILE, FAILURES_FILE, FAILURES_LOCK, ensure_memory_dir, store_dir
-from memstore.models import check_limit
 
 logger = logging.getLogger(__name__)
 
@@ -107,9 +107,7 @@ class FailureCardStorage:
     """
 
     def __init__(self, root: Path | str, *, use_index: bool = True) -> None:
-        if not isinstance(root, (str, os.PathLike)):
-            raise ArgumentTypeError(f"root must be a str or Path, not {type(root).__name__}")
-        self.root = Path(root)
+        self.root = require_path("root", root)
         directory = ensure_memory_dir(self.root)
         self.path = directory / FAILURES_FILE
         self.lock_path = directory / FAILURES_LOCK
@@ -245,8 +243,7 @@ class FailureCardStorage:
         """Active cards ranked by :func:`memstore.cards.card_match_score` (score > 0 only)."""
         paths = check_file_paths(file_paths)
         keywords = task_keywords(task_description)
-        if error_type is not None and not isinstance(error_type, str):
-            raise ArgumentTypeError(f"error_type must be a str or None, not {type(error_type).__name__}")
+        optional_str("error_type", error_type)
         limit = check_limit(limit)
         if limit == 0:
             return []
@@ -265,7 +262,7 @@ class FailureCardStorage:
 
     def append(self, card: FailureCard) -> None:
         if not isinstance(card, FailureCard):
-            raise ArgumentTypeError(f"card must be a FailureCard, not {type(card).__name__}")
+            raise wrong_type("card must be a FailureCard", card)
         payload = card.to_dict()
         if FailureCard.from_dict(payload) is None:
             # Checked before anything is written: a card every reader would skip is refused.
@@ -280,8 +277,7 @@ class FailureCardStorage:
     def invalidate(self, card_id: str, *, reason: str) -> bool:
         """Mark every card with this id invalidated (permanently); True if any was found."""
         wanted = _check_id(card_id)
-        if not isinstance(reason, str):
-            raise ArgumentTypeError(f"reason must be a str, not {type(reason).__name__}")
+        require_str("reason", reason)
 
         def change(records: list[Record]) -> tuple[bool, bool]:
             found = changed = False
@@ -385,7 +381,7 @@ class FailureCardStorage:
         elif isinstance(config, Mapping):
             data = config
         else:
-            raise ArgumentTypeError(f"config must be a mapping or None, not {type(config).__name__}")
+            raise wrong_type("config must be a mapping or None", config)
         if isinstance(data, Mapping) and (config is None or "memory" in data):
             memory = data.get("memory", {})
             if not isinstance(memory, Mapping):
@@ -397,9 +393,7 @@ class FailureCardStorage:
 
 
 def _check_id(card_id: object) -> str:
-    if not isinstance(card_id, str):
-        raise ArgumentTypeError(f"card_id must be a str, not {type(card_id).__name__}")
-    return card_id.strip()
+    return require_str("card_id", card_id).strip()
 
 
 def records_from_bytes(data: bytes) -> list[Record]:
