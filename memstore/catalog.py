@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from memstore.checks import check_limit, check_readonly, require_mapping, require_str
 from memstore.entry_filter import EntryFilter
@@ -47,19 +48,15 @@ from memstore.id_prefix import (
     shortest_unique,
 )
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
-from memstore.index.db import IndexBusyError, IndexFile
+from memstore.index.db import IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
+from memstore.index_policy import IndexPolicy
 from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
 from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-INDEX_RETRY_SECONDS = 30.0
-"""After the index fails, reads scan for this long before trying the index again."""
 
 
 @dataclass(frozen=True)
@@ -114,10 +111,10 @@ class MemoryCatalog:
         self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
         self._scan = ScanCache(self.path)
         self._quarantine_scan = ScanCache(self.quarantine_path)
-        self._use_index = use_index
-        self._index: CatalogIndex | None = None
-        self._index_error: str | None = None
-        self._index_failed_at = 0.0
+        self._index: IndexPolicy[CatalogIndex] = IndexPolicy(
+            functools.partial(CatalogIndex, self.path, readonly=readonly, private=private) if use_index else None,
+            source=self.path,
+        )
         if not readonly:
             # The spec's constructor contract: a writable catalog has its folder (a new
             # project store gets its .gitattributes and .gitignore with it).  Read-only
@@ -297,7 +294,7 @@ class MemoryCatalog:
 
     def _index_for_rewrite(self) -> CatalogIndex | None:
         """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""
-        index = self._get_index()
+        index = self._index.index()
         if index is None or not self.path.exists():
             return None
         try:
@@ -308,36 +305,6 @@ class MemoryCatalog:
         return index
 
     # ------------------------------------------------------------------ reads
-
-    def _get_index(self) -> CatalogIndex | None:
-        """The derived index for this catalog, or None when it cannot be used."""
-        if not self._use_index:
-            return None
-        if self._index_error is not None:
-            if time.monotonic() - self._index_failed_at < INDEX_RETRY_SECONDS:
-                return None
-            self._index_error = None  # try again: a damaged or missing index heals itself
-        if self._index is None:
-            self._index = CatalogIndex(self.path, readonly=self.readonly, private=self.private)
-        return self._index
-
-    def _index_failed(self, exc: Exception) -> None:
-        if isinstance(exc, IndexBusyError):
-            log.info("memstore index busy for %s, answering this call from a scan: %s", self.path, exc)
-            return
-        log.warning("memstore index unavailable for %s, answering from a scan: %s", self.path, exc)
-        self._index_error = str(exc)
-        self._index_failed_at = time.monotonic()
-
-    def _from_index(self, query: Callable[[CatalogIndex], T]) -> T | None:
-        index = self._get_index()
-        if index is None:
-            return None
-        try:
-            return query(index)
-        except IndexUnavailableError as exc:
-            self._index_failed(exc)
-            return None
 
     def _scanned(self) -> ScanResult:
         return self._scan.read()
@@ -359,7 +326,7 @@ class MemoryCatalog:
         limit = check_limit(limit)
         if limit == 0:
             return []
-        indexed = self._from_index(lambda index: index.list(limit, entry_filter))
+        indexed = self._index.ask(lambda index: index.list(limit, entry_filter))
         if indexed is not None:
             return indexed
         return scan_list(self._scanned(), limit, entry_filter)
@@ -382,7 +349,7 @@ class MemoryCatalog:
         limit = check_limit(limit)
         if not tokens or limit == 0:
             return []
-        indexed = self._from_index(lambda index: index.search(tokens, limit, entry_filter))
+        indexed = self._index.ask(lambda index: index.search(tokens, limit, entry_filter))
         if indexed is not None:
             return indexed
         return scan_search(self._scanned(), tokens, limit, entry_filter)
@@ -397,7 +364,7 @@ class MemoryCatalog:
         if not wanted:
             raise EntryNotFoundError(f"memory entry not found: {wanted}")
         probe = SHOWN_CANDIDATES + 1
-        indexed = self._from_index(lambda index: index.ids_from(wanted, probe))
+        indexed = self._index.ask(lambda index: index.ids_from(wanted, probe))
         if indexed is None:
             everyone = {item.entry.memory_id for item in self._scanned().entries}
             indexed = sorted(mid for mid in everyone if mid.startswith(wanted))
@@ -410,7 +377,7 @@ class MemoryCatalog:
     def short_ids(self, memory_ids: Iterable[str], *, minimum: int = SHORT_ID_MIN) -> dict[str, str]:
         """The shortest prefix of each id that no other entry shares, at least ``minimum`` long."""
         wanted = builtins.list(dict.fromkeys(memory_ids))
-        neighbours = self._from_index(lambda index: index.id_neighbours(wanted))
+        neighbours = self._index.ask(lambda index: index.id_neighbours(wanted))
         if neighbours is not None and len(neighbours) == len(wanted):
             return {mid: shortest_unique(mid, *neighbours[mid], minimum=minimum) for mid in wanted}
         return short_ids_among(wanted, (item.entry.memory_id for item in self._scanned().entries), minimum=minimum)
@@ -427,13 +394,13 @@ class MemoryCatalog:
             path, reason = "none", ("the query has no tokens" if not tokens else "the limit is 0")
         else:
             path, reason = "index", ""
-            outcome = {"reason": f"the index failed recently: {self._index_error}"}
-            indexed = self._from_index(lambda index: _traced_search(index, tokens, limit, trace, outcome))
+            outcome = {"reason": f"the index failed recently: {self._index.error}"}
+            indexed = self._index.ask(lambda index: _traced_search(index, tokens, limit, trace, outcome))
             if indexed is not None:
                 found, state = indexed, outcome.get("state")
             else:
                 path = "scan"
-                reason = outcome["reason"] if self._use_index else "the index is disabled for this catalog"
+                reason = outcome["reason"] if self._index.enabled else "the index is disabled for this catalog"
                 found = self._traced_scan(tokens, limit, trace)
         return SearchPlan(
             query=query,
@@ -467,7 +434,7 @@ class MemoryCatalog:
         wanted = memory_id.strip()
         found: MemoryEntry | None = None
         if wanted:
-            indexed = self._from_index(lambda index: index.show(wanted))
+            indexed = self._index.ask(lambda index: index.show(wanted))
             if indexed is not None:
                 found = indexed[0] if indexed else None
             else:
@@ -526,17 +493,17 @@ class MemoryCatalog:
             "quarantined_entries": len(self._quarantine_scan.read().entries),
             "healthy": scanned.corrupt == 0,
         }
-        index = self._get_index()
+        index = self._index.index()
         if index is None:
             report["index"] = {
-                "state": "disabled" if not self._use_index else "unavailable",
-                "error": self._index_error,
+                "state": "disabled" if not self._index.enabled else "unavailable",
+                "error": self._index.error,
             }
         else:
             try:
                 report["index"] = index.source_status()
             except IndexUnavailableError as exc:
-                self._index_failed(exc)
+                self._index.failed(exc)
                 report["index"] = {"state": "unavailable", "error": str(exc)}
         return report
 
@@ -574,16 +541,16 @@ class MemoryCatalog:
 
     def reindex(self, *, full: bool = False, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Bring the index up to date (``full`` rebuilds it from scratch); returns a report."""
-        index = self._get_index()
+        index = self._index.index()
         if index is None:
-            raise IndexUnavailableError(self._index_error or "the index is disabled for this catalog")
+            raise IndexUnavailableError(self._index.error or "the index is disabled for this catalog")
         return dict(index.refresh(full=full, progress=progress))
 
     def check_index(self) -> dict[str, Any]:
         """Compare the index with a fresh scan of the file; ``equal`` is False on any difference."""
-        index = self._get_index()
+        index = self._index.index()
         if index is None:
-            raise IndexUnavailableError(self._index_error or "the index is disabled for this catalog")
+            raise IndexUnavailableError(self._index.error or "the index is disabled for this catalog")
         return dict(index.check(self._scan_fresh()))
 
     def _scan_fresh(self) -> ScanResult:

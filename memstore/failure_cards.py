@@ -9,6 +9,7 @@ every rewrite, and an object that is not a valid card is kept but never returned
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,7 +22,7 @@ from memstore.cards import FailureCard
 from memstore.checks import check_limit, optional_str, require_path, require_str, wrong_type
 from memstore.errors import IndexUnavailableError, InvalidArgumentError, StorageError
 from memstore.index.card_index import CardIndex
-from memstore.index.db import IndexBusyError
+from memstore.index_policy import IndexPolicy
 from memstore.json_array import JsonArrayFile, parse_array
 from memstore.layout import CONFIG_FILE, FAILURES_FILE, FAILURES_LOCK, ensure_memory_dir, store_dir
 
@@ -44,39 +45,39 @@ class FailureCardStorage:
         self.lock_path = directory / FAILURES_LOCK
         self.config_path = store_dir(self.root) / CONFIG_FILE
         self._file = JsonArrayFile(self.path, self.lock_path)
-        self._index: CardIndex | None = (
-            CardIndex(self.path, store_dir(self.root), load_records=records_from_bytes) if use_index else None
+        self._index: IndexPolicy[CardIndex] = IndexPolicy(
+            functools.partial(CardIndex, self.path, store_dir(self.root), load_records=records_from_bytes)
+            if use_index
+            else None,
+            source=self.path,
         )
 
     def reindex(self, *, full: bool = False) -> dict[str, Any]:
         """Bring the card index up to date (``full`` rebuilds it); returns what was done."""
-        if self._index is None:
-            raise IndexUnavailableError("the failure-card index is disabled or unavailable")
-        return self._index.refresh(full=full)
+        index = self._index.index()
+        if index is None:
+            raise IndexUnavailableError(self._index.error or "the failure-card index is disabled or unavailable")
+        return index.refresh(full=full)
 
     def index_status(self) -> dict[str, Any]:
         """Entries, bytes indexed and bytes behind of the card index."""
-        if self._index is None:
+        index = self._index.index()
+        if index is None:
+            if self._index.enabled:
+                return {"state": "unavailable", "source": str(self.path), "error": self._index.error}
             return {"state": "disabled", "source": str(self.path)}
         try:
-            return self._index.source_status()
+            return index.source_status()
         except IndexUnavailableError as exc:
             return {"state": "unavailable", "source": str(self.path), "error": str(exc)}
 
     def _indexed(self, query: Callable[[CardIndex], T]) -> T | None:
         """Answer from the derived index; None (scan instead) when it cannot be used."""
-        if self._index is None:
-            return None
         try:
-            return query(self._index)
+            return self._index.ask(query)
         except StorageError as exc:
             # failures.json is not a readable regular file: the scan reads it as no cards.
             logger.warning("failure cards answered from a scan: %s", exc)
-            return None
-        except IndexUnavailableError as exc:
-            if not isinstance(exc, IndexBusyError):
-                logger.warning("failure-card index unavailable, answering from a scan: %s", exc)
-                self._index = None
             return None
 
     # -- the two hook points -------------------------------------------------------------
@@ -99,9 +100,10 @@ class FailureCardStorage:
         Elements that are not objects are written back unchanged but never indexed.
         """
         stat = self._file.write(records)
-        if self._index is not None:
+        index = self._index.index()
+        if index is not None:
             try:
-                self._index.replace_records([record for record in records if isinstance(record, dict)], stat)
+                index.replace_records([record for record in records if isinstance(record, dict)], stat)
             except IndexUnavailableError as exc:
                 logger.info("failure-card index will rebuild after this rewrite: %s", exc)
 
