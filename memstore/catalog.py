@@ -49,11 +49,13 @@ from memstore.id_prefix import (
 )
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.index.db import IndexFile
+from memstore.index.report import CheckResult, IndexOff, IndexState, Progress, RefreshReport
 from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.index_policy import IndexPolicy
 from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
 from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_iso
+from memstore.reports import HealthReport, MaintenancePreview
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
 log = logging.getLogger(__name__)
@@ -480,34 +482,35 @@ class MemoryCatalog:
                 os.close(fd)
         return records
 
-    def health_report(self) -> dict[str, Any]:
+    def health(self) -> HealthReport:
         """Counts of valid and corrupt lines, plus the state of the index."""
         scanned = self._scanned()
-        report: dict[str, Any] = {
-            "path": str(self.path),
-            "exists": self.path.exists(),
-            "total_entries": len(scanned.entries),
-            "corrupt_entries": scanned.corrupt,
-            "blank_lines": scanned.blank,
-            "bytes": scanned.size,
-            "quarantined_entries": len(self._quarantine_scan.read().entries),
-            "healthy": scanned.corrupt == 0,
-        }
+        return HealthReport(
+            path=str(self.path),
+            exists=self.path.exists(),
+            total_entries=len(scanned.entries),
+            corrupt_entries=scanned.corrupt,
+            blank_lines=scanned.blank,
+            bytes=scanned.size,
+            quarantined_entries=len(self._quarantine_scan.read().entries),
+            index=self._index_state(),
+        )
+
+    def health_report(self) -> dict[str, Any]:
+        """:meth:`health` as the dict the spec's callers read (``corrupt_entries``, ``total_entries``, ``healthy``)."""
+        return self.health().to_dict()
+
+    def _index_state(self) -> IndexState:
         index = self._index.index()
         if index is None:
-            report["index"] = {
-                "state": "disabled" if not self._index.enabled else "unavailable",
-                "error": self._index.error,
-            }
-        else:
-            try:
-                report["index"] = index.source_status()
-            except IndexUnavailableError as exc:
-                self._index.failed(exc)
-                report["index"] = {"state": "unavailable", "error": str(exc)}
-        return report
+            return IndexOff("unavailable" if self._index.enabled else "disabled", self._index.error)
+        try:
+            return index.source_status()
+        except IndexUnavailableError as exc:
+            self._index.failed(exc)
+            return IndexOff("unavailable", str(exc))
 
-    def maintain_dry_run(self) -> dict[str, Any]:
+    def maintenance_preview(self) -> MaintenancePreview:
         """What a maintenance pass would clean up, without touching anything."""
         scanned = self._scanned()
         ids: dict[str, int] = {}
@@ -526,32 +529,34 @@ class MemoryCatalog:
                 missing_newline = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
             finally:
                 os.close(fd)
-        return {
-            "dry_run": True,
-            "total_entries": len(scanned.entries),
-            "corrupt_lines": scanned.corrupt,
-            "blank_lines": scanned.blank,
-            "duplicate_ids": duplicates,
-            "missing_final_newline": missing_newline,
-            "stale_temp_files": stale,
-            "would_change": bool(scanned.corrupt or scanned.blank or duplicates or missing_newline or stale),
-        }
+        return MaintenancePreview(
+            total_entries=len(scanned.entries),
+            corrupt_lines=scanned.corrupt,
+            blank_lines=scanned.blank,
+            duplicate_ids=duplicates,
+            missing_final_newline=missing_newline,
+            stale_temp_files=stale,
+        )
+
+    def maintain_dry_run(self) -> dict[str, Any]:
+        """:meth:`maintenance_preview` as a dict (``dry_run``, the counts, ``would_change``)."""
+        return self.maintenance_preview().to_dict()
 
     # ------------------------------------------------------------------ index maintenance
 
-    def reindex(self, *, full: bool = False, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    def reindex(self, *, full: bool = False, progress: Progress | None = None) -> RefreshReport:
         """Bring the index up to date (``full`` rebuilds it from scratch); returns a report."""
         index = self._index.index()
         if index is None:
             raise IndexUnavailableError(self._index.error or "the index is disabled for this catalog")
-        return dict(index.refresh(full=full, progress=progress))
+        return index.refresh(full=full, progress=progress)
 
-    def check_index(self) -> dict[str, Any]:
+    def check_index(self) -> CheckResult:
         """Compare the index with a fresh scan of the file; ``equal`` is False on any difference."""
         index = self._index.index()
         if index is None:
             raise IndexUnavailableError(self._index.error or "the index is disabled for this catalog")
-        return dict(index.check(self._scan_fresh()))
+        return index.check(self._scan_fresh())
 
     def _scan_fresh(self) -> ScanResult:
         return ScanCache(self.path).read()
@@ -561,7 +566,7 @@ def _traced_search(
     index: CatalogIndex, tokens: list[str], limit: int, trace: SearchTrace, outcome: dict[str, str]
 ) -> list[MemoryEntry]:
     """``index.search`` with its planner traced; notes the index state (and the failure) in ``outcome``."""
-    outcome["state"] = str(index.source_status().get("state"))
+    outcome["state"] = index.source_status().state
     began = time.perf_counter()
     try:
         found = index.search(tokens, limit, planner=trace.planner)

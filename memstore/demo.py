@@ -24,6 +24,7 @@ from typing import Any
 
 from memstore.catalog import MemoryCatalog
 from memstore.errors import IndexUnavailableError
+from memstore.index.report import SourceStatus
 from memstore.layout import CATALOG_FILE, store_dir
 from memstore.models import MemoryEntry
 from memstore.sample.catalog import DEFAULT_SEED, write_catalog
@@ -88,13 +89,12 @@ def run_demo(root: Path, *, size: int, seed: int) -> bool:
         started = time.perf_counter()
         report = catalog.reindex(full=True)
         seconds = time.perf_counter() - started
-        rows = report.get("rows", size)
-        print(f"Built the index in {seconds:.2f} s ({rows / max(seconds, 1e-9):,.0f} rows/s)")
-        state = catalog.health_report().get("index", {})
-        if isinstance(state.get("index_bytes"), int):
+        print(f"Built the index in {seconds:.2f} s ({report.rows / max(seconds, 1e-9):,.0f} rows/s)")
+        state = catalog.health().index
+        if isinstance(state, SourceStatus):
             print(
-                f"  index: {state.get('index_path')} ({state['index_bytes'] / 1e6:.1f} MB, "
-                f"{state['index_bytes'] / catalog_path.stat().st_size:.2f}x the JSONL)"
+                f"  index: {state.index_path} ({state.index_bytes / 1e6:.1f} MB, "
+                f"{state.index_bytes / catalog_path.stat().st_size:.2f}x the JSONL)"
             )
     except IndexUnavailableError as exc:
         indexed = False

@@ -24,6 +24,7 @@ from typing import Any
 
 from memstore.errors import IndexUnavailableError, NotRegularFileError
 from memstore.files import MAX_JSON_FILE_BYTES, FileLock, atomic_write, iter_raw_lines, open_for_read, read_regular_file
+from memstore.index.report import IndexOff
 from memstore.json_array import encode_array, parse_array
 from memstore.jsonl import is_blank, parse_json_bytes
 from memstore.layout import (
@@ -473,14 +474,13 @@ def _index_findings(root: Path, report: list[Finding]) -> None:
     catalog = MemoryCatalog(root, readonly=True)
     if not catalog.path.exists() or not (store_dir(root) / "index").is_dir():
         return
-    state = catalog.health_report()["index"]
+    index = catalog.health().index
     name = INDEX_NAME
-    if state.get("state") == "unavailable":
-        report.append(Finding("damaged-index", name, None, str(state.get("error") or "cannot be opened")))
-    elif state.get("state") in ("behind", "not indexed"):
-        report.append(
-            Finding("stale-index", name, None, f"index is {state['state']} (reads catch it up)", severity="info")
-        )
+    if isinstance(index, IndexOff) and index.state == "unavailable":
+        report.append(Finding("damaged-index", name, None, index.error or "cannot be opened"))
+    elif index.state in ("behind", "not indexed"):
+        detail = f"index is {index.state} (reads catch it up)"
+        report.append(Finding("stale-index", name, None, detail, severity="info"))
 
 
 def diagnose(root: str | os.PathLike[str]) -> DoctorReport:
@@ -551,7 +551,7 @@ def _repair_index(root: Path, report: DoctorReport) -> None:
     catalog = MemoryCatalog(root)
     try:
         catalog.reindex()
-        if not catalog.check_index().get("equal"):
+        if not catalog.check_index().equal:
             catalog.reindex(full=True)
             report.changes.append("rebuilt the index (it differed from the files)")
     except IndexUnavailableError as exc:

@@ -22,6 +22,7 @@ from memstore.cards import FailureCard
 from memstore.checks import check_limit, optional_str, require_path, require_str, wrong_type
 from memstore.errors import IndexUnavailableError, InvalidArgumentError, StorageError
 from memstore.index.card_index import CardIndex
+from memstore.index.report import IndexOff, IndexState, RefreshReport
 from memstore.index_policy import IndexPolicy
 from memstore.json_array import JsonArrayFile, parse_array
 from memstore.layout import CONFIG_FILE, FAILURES_FILE, FAILURES_LOCK, ensure_memory_dir, store_dir
@@ -52,24 +53,24 @@ class FailureCardStorage:
             source=self.path,
         )
 
-    def reindex(self, *, full: bool = False) -> dict[str, Any]:
+    def reindex(self, *, full: bool = False) -> RefreshReport:
         """Bring the card index up to date (``full`` rebuilds it); returns what was done."""
         index = self._index.index()
         if index is None:
             raise IndexUnavailableError(self._index.error or "the failure-card index is disabled or unavailable")
         return index.refresh(full=full)
 
-    def index_status(self) -> dict[str, Any]:
-        """Entries, bytes indexed and bytes behind of the card index."""
+    def index_status(self) -> IndexState:
+        """Entries, bytes indexed and bytes behind of the card index (or why there are none)."""
         index = self._index.index()
         if index is None:
             if self._index.enabled:
-                return {"state": "unavailable", "source": str(self.path), "error": self._index.error}
-            return {"state": "disabled", "source": str(self.path)}
+                return IndexOff("unavailable", self._index.error, source=str(self.path))
+            return IndexOff("disabled", source=str(self.path))
         try:
             return index.source_status()
         except IndexUnavailableError as exc:
-            return {"state": "unavailable", "source": str(self.path), "error": str(exc)}
+            return IndexOff("unavailable", str(exc), source=str(self.path))
 
     def _indexed(self, query: Callable[[CardIndex], T]) -> T | None:
         """Answer from the derived index; None (scan instead) when it cannot be used."""

@@ -135,7 +135,7 @@ class IndexWatch:
         try:
             if self._catalog is None:
                 self._catalog = MemoryCatalog(self.root)
-            report = reindex_workspace(self._catalog, full=False, progress=self._check_stop)
+            report = reindex_workspace(self._catalog, full=False, progress=self._check_stop).to_dict()
         except WatchStopped:
             return
         except IndexUnavailableError as exc:

@@ -16,6 +16,7 @@ from memstore.failure_cards import FailureCardStorage
 from memstore.index.card_index import CardIndex
 from memstore.index.catalog_index import CatalogIndex
 from memstore.index.db import IndexBusyError
+from memstore.index.report import IndexOff
 from memstore.index_policy import RETRY_SECONDS, IndexPolicy
 
 SOURCE = Path("memory.jsonl")
@@ -184,13 +185,14 @@ def test_the_failure_cards_scan_during_the_back_off_and_return_to_the_index(
     assert storage.find_matching(["app.py"], "database migration models") == [card]
     assert len(calls) == 1, "no index call during the back-off"
     status = storage.index_status()
-    assert status == {"state": "unavailable", "source": str(storage.path), "error": "damaged"}
+    assert status == IndexOff("unavailable", "damaged", source=str(storage.path))
+    assert status.to_dict() == {"state": "unavailable", "source": str(storage.path), "error": "damaged"}
     with pytest.raises(IndexUnavailableError, match="damaged"):
         storage.reindex()
     clock.now += RETRY_SECONDS
     assert storage.find_matching(["app.py"], "database migration models") == [card]
     assert len(calls) == 2
-    assert storage.index_status()["state"] == "fresh"
+    assert storage.index_status().state == "fresh"
 
 
 def test_a_busy_card_index_answers_only_that_call_from_a_scan(
@@ -207,7 +209,7 @@ def test_a_busy_card_index_answers_only_that_call_from_a_scan(
 
 def test_a_store_opened_without_an_index_reports_it_disabled(tmp_path: Path) -> None:
     storage = FailureCardStorage(tmp_path, use_index=False)
-    assert storage.index_status() == {"state": "disabled", "source": str(storage.path)}
+    assert storage.index_status().to_dict() == {"state": "disabled", "source": str(storage.path)}
     with pytest.raises(IndexUnavailableError, match="disabled"):
         storage.reindex()
     catalog = MemoryCatalog(tmp_path, use_index=False)
