@@ -135,13 +135,9 @@ class FailureCardStorage:
 
     # -- reads ---------------------------------------------------------------------------
 
-    def _read_cards(self) -> list[FailureCard]:
-        """The spec's reader: every valid card, ``[]`` when the file is missing or unreadable."""
-        return [card for _, card in self._cards(self._load_records())]
-
     def list_all(self) -> list[FailureCard]:
-        """Every valid card in file order, active or not."""
-        return self._read_cards()
+        """Every valid card in file order, active or not; ``[]`` when the file is missing or unreadable."""
+        return [card for _, card in self._cards(self._load_records())]
 
     def list_active(self) -> list[FailureCard]:
         now = time.time()

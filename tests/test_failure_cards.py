@@ -205,7 +205,6 @@ def test_clear_by_id_removes_exactly_one(store: FailureCardStorage) -> None:
 )
 def test_unreadable_content_reads_as_no_cards(store: FailureCardStorage, content: bytes) -> None:
     store.path.write_bytes(content)
-    assert store._read_cards() == []
     assert store.list_all() == []
     assert store.list_active() == []
     assert store.get_by_id("a") is None
