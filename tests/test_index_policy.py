@@ -173,13 +173,19 @@ def test_the_catalog_scans_during_the_back_off_and_returns_to_the_index(
     assert len(calls) == 2
 
 
-def test_the_failure_cards_scan_during_the_back_off_and_return_to_the_index(
-    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The card storage once gave its index up for the life of the object; now it backs off like the catalog."""
+@pytest.fixture
+def stored(tmp_path: Path) -> tuple[FailureCardStorage, FailureCard]:
     storage = FailureCardStorage(tmp_path)
     card = FailureCard.create("r", "TypeError", "src/app.py", "boom", "fix database migration models", [])
     storage.append(card)
+    return storage, card
+
+
+def test_the_failure_cards_scan_during_the_back_off_and_return_to_the_index(
+    stored: tuple[FailureCardStorage, FailureCard], clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The card storage once gave its index up for the life of the object; now it backs off like the catalog."""
+    storage, card = stored
     calls = _failing(monkeypatch, CardIndex, "find_matching", IndexUnavailableError("damaged"))
     assert storage.find_matching(["app.py"], "database migration models") == [card]
     assert storage.find_matching(["app.py"], "database migration models") == [card]
@@ -196,11 +202,9 @@ def test_the_failure_cards_scan_during_the_back_off_and_return_to_the_index(
 
 
 def test_a_busy_card_index_answers_only_that_call_from_a_scan(
-    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    stored: tuple[FailureCardStorage, FailureCard], clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    storage = FailureCardStorage(tmp_path)
-    card = FailureCard.create("r", "TypeError", "src/app.py", "boom", "fix database migration models", [])
-    storage.append(card)
+    storage, card = stored
     calls = _failing(monkeypatch, CardIndex, "list_active", IndexBusyError("database is locked"))
     assert storage.list_active() == [card]
     assert storage.list_active() == [card]
