@@ -188,8 +188,9 @@ def _config_section(config: object, config_path: Path) -> object:
     if isinstance(data, Mapping) and (config is None or "memory" in data):
         memory = data.get("memory", {})
         if not isinstance(memory, Mapping):
-            logger.warning("config 'memory' must be an object, not %s; auto-invalidation skipped",
-                           type(memory).__name__)
+            logger.warning(
+                "config 'memory' must be an object, not %s; auto-invalidation skipped", type(memory).__name__
+            )
             return _UNUSABLE
         return memory.get("auto_invalidation", {})
     return data
@@ -319,5 +320,3 @@ def _fired(card: FailureCard, record: Record, cache: SignatureCache) -> dict[str
     if signatures != stored:
         record[SIGNATURES_KEY] = signatures
     return fired
-
-

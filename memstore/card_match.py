@@ -38,7 +38,6 @@ STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
 _KEYWORD_RE = re.compile(r"\b[a-z0-9]{3,}\b")
 
 
-
 def task_keywords(text: str) -> frozenset[str]:
     """Words of 3+ ASCII letters/digits in ``text.lower()``, minus the stopwords."""
     return frozenset(_KEYWORD_RE.findall(require_str("task_description", text).lower())) - STOPWORDS

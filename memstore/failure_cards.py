@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 Record = dict[str, Any]
 T = TypeVar("T")
 
+
 class FailureCardStorage:
     """Failure cards of one workspace: ``<root>/.teaagent/memory/failures.json``.
 
