@@ -8,7 +8,7 @@
 * ``grep_count``: ``grep -F -c`` over the file in a subprocess, the floor any
   scan-based answer must beat (it only counts lines holding one token).
 * ``CardScan``: find_matching's ranking over cards already loaded, using the
-  scoring functions of ``memstore.cards``.
+  scoring functions of ``memstore.card_match``.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def grep_count(path: Path, query: str) -> int:
 
 
 class CardScan:
-    """find_matching's ranking over cards already parsed, via memstore.cards' own scoring."""
+    """find_matching's ranking over cards already parsed, via memstore.card_match's own scoring."""
 
     def __init__(self, failures_json: Path) -> None:
         from memstore.cards import FailureCard
@@ -145,7 +145,7 @@ class CardScan:
     ) -> list[Any]:
         import time
 
-        from memstore.cards import card_match_score, check_file_paths, rank_cards, task_keywords
+        from memstore.card_match import card_match_score, check_file_paths, rank_cards, task_keywords
 
         paths = check_file_paths(list(file_paths))
         keywords = task_keywords(task_description)

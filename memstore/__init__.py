@@ -10,7 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # type checkers see the real names; at run time they load on first use
-    from memstore.cards import AutoInvalidationRule, FailureCard
+    from memstore.auto_invalidation import AutoInvalidationRule
+    from memstore.cards import FailureCard
     from memstore.catalog import MemoryCatalog
     from memstore.errors import MemstoreError
     from memstore.failure_cards import FailureCardStorage
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time they load on 
     from memstore.watcher import FileWatcher
 
 _EXPORTS: dict[str, str] = {
-    "AutoInvalidationRule": "memstore.cards",
+    "AutoInvalidationRule": "memstore.auto_invalidation",
     "FailureCard": "memstore.cards",
     "FailureCardStorage": "memstore.failure_cards",
     "FileWatcher": "memstore.watcher",

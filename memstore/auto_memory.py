@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memstore.checks import check_limit
 from memstore.files import open_regular, read_capped
-from memstore.models import MemoryEntry, check_limit, query_tokens
+from memstore.models import MemoryEntry, query_tokens
 from memstore.scan import ScannedEntry, ScanResult, scan_search
 
 logger = logging.getLogger(__name__)

@@ -1,13 +1,11 @@
-"""Failure cards, auto-invalidation rules and the pure matching semantics.
+"""FailureCard: one remembered failure, with the invariants every stored card keeps.
 
-No I/O lives here.  The JSON store (``memstore.failure_cards``) and the SQLite
-index both rank cards through :func:`card_match_score` and :func:`rank_cards`,
-so the two can never disagree about what matches a query.
+No I/O lives here.  How a card matches a task is :mod:`memstore.card_match`; the
+rules that retire cards when files change are :mod:`memstore.auto_invalidation`.
 """
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -15,13 +13,20 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar
 
-from memstore.errors import ArgumentTypeError, InvalidArgumentError
-from memstore.models import check_finite_number
+from memstore.checks import (
+    check_finite_number,
+    non_empty_str,
+    optional_int,
+    optional_str,
+    require_bool,
+    require_str,
+    str_items,
+    str_list,
+)
 
 CONFIDENCE_LEVELS = ("low", "medium", "high")
 WARNING_BEHAVIORS = ("info", "warning", "block")
 REVIEWER_TYPES = ("auto", "human")
-RULE_ACTIONS = ("invalidate", "warn", "block")
 
 DEFAULT_CONFIDENCE = "low"
 """Unknown confidence degrades to the weakest claim, never to a stronger one."""
@@ -29,26 +34,6 @@ DEFAULT_WARNING_BEHAVIOR = "warning"
 """Unknown behaviour degrades to a visible warning: neither silent nor blocking."""
 DEFAULT_REVIEWER_TYPE = "auto"
 """Unknown reviewers are treated as automatic, which can never unlock 'block'."""
-
-PATH_POINTS = 10
-ERROR_TYPE_POINTS = 5
-KEYWORD_POINTS = 2
-MIN_SHARED_KEYWORDS = 2
-
-# DESIGN.md §8, verbatim.
-_STOPWORD_TEXT = """
-    a an the and or but in on at to for of with by from as is was are were be been being have has had
-    do does did will would could should may might must shall can it its this that these those i you he
-    she we they what which who whom when where why how all any both each few more most other some such
-    no nor not only own same so than too very just also now then here there use using make making get
-    getting add adding fix fixing update updating change changing create creating implement implementing
-    write writing test testing run running build building check checking ensure ensuring handle handling
-    support supporting need needed want wanted try trying able unable new old first last next previous
-    before after during while until since through without within about into over under again further once
-"""
-STOPWORDS: frozenset[str] = frozenset(_STOPWORD_TEXT.split())
-
-_KEYWORD_RE = re.compile(r"\b[a-z0-9]{3,}\b")
 
 
 def _clamp(allowed: tuple[str, ...], default: str) -> Callable[[str, object], str]:
@@ -64,68 +49,32 @@ def _clamp(allowed: tuple[str, ...], default: str) -> Callable[[str, object], st
     return normalise
 
 
-def _text(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise ArgumentTypeError(f"{name} must be a str, not {type(value).__name__}")
-    return value
-
-
-def _card_id(name: str, value: object) -> str:
-    text = _text(name, value).strip()
-    if not text:
-        raise InvalidArgumentError(f"{name} cannot be empty")
-    return text
-
-
-def _optional_text(name: str, value: object) -> str | None:
-    return None if value is None else _text(name, value)
-
-
-def _optional_int(name: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentTypeError(f"{name} must be an int or None, not {type(value).__name__}")
-    return value
+clamp_confidence = _clamp(CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE)
+"""``clamp_confidence(name, value)``: a confidence level, anything unknown as the weakest."""
 
 
 def _optional_finite_float(name: str, value: object) -> float | None:
     return None if value is None else check_finite_number(name, value)
 
 
-def _flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ArgumentTypeError(f"{name} must be a bool, not {type(value).__name__}")
-    return value
-
-
-def _path_list(name: str, value: object) -> list[str]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise ArgumentTypeError(f"{name} must be a list of str, not {type(value).__name__}")
-    for item in value:
-        if not isinstance(item, str):
-            raise ArgumentTypeError(f"{name} must contain only str, got {type(item).__name__}")
-    return list(value)
-
-
 _NORMALISERS: dict[str, Callable[[str, object], Any]] = {
-    "id": _card_id,
-    "run_id": _text,
+    "id": non_empty_str,
+    "run_id": require_str,
     "timestamp": check_finite_number,
-    "error_type": _text,
-    "file_path": _text,
-    "line_number": _optional_int,
-    "error_message": _text,
-    "task_description": _text,
-    "context_files": _path_list,
-    "confidence": _clamp(CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE),
+    "error_type": require_str,
+    "file_path": require_str,
+    "line_number": optional_int,
+    "error_message": require_str,
+    "task_description": require_str,
+    "context_files": str_list,
+    "confidence": clamp_confidence,
     "expires_at": _optional_finite_float,
-    "invalidated": _flag,
-    "invalidation_reason": _optional_text,
+    "invalidated": require_bool,
+    "invalidation_reason": optional_str,
     "warning_behavior": _clamp(WARNING_BEHAVIORS, DEFAULT_WARNING_BEHAVIOR),
     "reviewer_type": _clamp(REVIEWER_TYPES, DEFAULT_REVIEWER_TYPE),
-    "evidence_command": _optional_text,
-    "evidence_exit_code": _optional_int,
+    "evidence_command": optional_str,
+    "evidence_exit_code": optional_int,
 }
 
 
@@ -189,14 +138,7 @@ class FailureCard:
         ``ttl_seconds <= 0`` means the card never expires.
         """
         ttl = check_finite_number("ttl_seconds", ttl_seconds)
-        if isinstance(context_files, (str, bytes)):
-            raise ArgumentTypeError("context_files must be an iterable of str, not a single string")
-        try:
-            files = list(context_files)
-        except TypeError:
-            raise ArgumentTypeError(
-                f"context_files must be an iterable of str, not {type(context_files).__name__}"
-            ) from None
+        files = str_items("context_files", context_files)
         now = datetime.now().timestamp()
         return cls(
             id=str(uuid.uuid4())[:8],
@@ -282,154 +224,3 @@ class FailureCard:
             return cls(**kwargs)
         except (TypeError, ValueError):
             return None
-
-
-@dataclass
-class AutoInvalidationRule:
-    """What to do to cards when something they depend on changes.
-
-    ``trigger`` names the change ('file_signature_change', 'test_refactor',
-    'dependency_version_change'; unknown triggers are kept but never fire).
-    ``action`` is 'invalidate', 'warn' or 'block' (anything else is an
-    ``InvalidArgumentError``).  ``confidence`` says how sure the rule is; it is
-    clamped like a card's and recorded in the reason it writes.  ``paths``, when
-    non-empty, limits the rule to cards whose file_path starts with one of them.
-    """
-
-    trigger: str
-    confidence: str
-    action: str
-    paths: list[str] | None = None
-    enabled: bool = True
-
-    def __post_init__(self) -> None:
-        self.trigger = _card_id("trigger", self.trigger)
-        self.confidence = _clamp(CONFIDENCE_LEVELS, DEFAULT_CONFIDENCE)("confidence", self.confidence)
-        action = _text("action", self.action).strip().lower()
-        if action not in RULE_ACTIONS:
-            raise InvalidArgumentError(f"action must be one of {RULE_ACTIONS}, got {self.action!r}")
-        self.action = action
-        if self.paths is not None:
-            self.paths = _path_list("paths", self.paths)
-        self.enabled = _flag("enabled", self.enabled)
-
-    def applies_to(self, file_path: str) -> bool:
-        """The ``paths`` filter: a prefix match on the card's path (a leading './' ignored)."""
-        if not self.paths:
-            return True
-        target = _strip_dot_slash(file_path)
-        return any(target.startswith(_strip_dot_slash(prefix)) for prefix in self.paths)
-
-    @classmethod
-    def from_dict(cls, payload: object) -> AutoInvalidationRule | None:
-        """A rule from config; ``None`` when it is not one.
-
-        ``paths`` may be a single string (one prefix); ``confidence`` defaults to
-        'medium' and ``enabled`` to True when missing.
-        """
-        if not isinstance(payload, Mapping):
-            return None
-        paths = payload.get("paths")
-        if isinstance(paths, str):
-            paths = [paths]
-        try:
-            return cls(
-                trigger=payload.get("trigger"),  # type: ignore[arg-type]
-                confidence=payload.get("confidence", "medium"),  # type: ignore[arg-type]
-                action=payload.get("action"),  # type: ignore[arg-type]
-                paths=paths,  # type: ignore[arg-type]
-                enabled=payload.get("enabled", True),  # type: ignore[arg-type]
-            )
-        except (TypeError, ValueError):
-            return None
-
-
-def _strip_dot_slash(path: str) -> str:
-    while path.startswith("./"):
-        path = path[2:]
-    return path
-
-
-def default_auto_invalidation_rules() -> list[AutoInvalidationRule]:
-    """The rules that apply unless config replaces them (fresh objects each call)."""
-    return [
-        AutoInvalidationRule("file_signature_change", "high", "invalidate"),
-        AutoInvalidationRule("test_refactor", "medium", "warn"),
-        AutoInvalidationRule("dependency_version_change", "medium", "warn"),
-    ]
-
-
-_TEST_DIRS = frozenset({"test", "tests", "__tests__", "spec", "specs"})
-
-
-def is_test_path(path: str) -> bool:
-    """True for paths that look like tests: tests/…, test_*.py, *_test.py, *.spec.*, *.test.*."""
-    parts = [part for part in re.split(r"[\\/]", path) if part]
-    if not parts:
-        return False
-    name = parts[-1].lower()
-    if any(part.lower() in _TEST_DIRS for part in parts[:-1]):
-        return True
-    stem = name.split(".", 1)[0]
-    return (
-        name.startswith("test_")
-        or stem.endswith("_test")
-        or name == "conftest.py"
-        or ".test." in name
-        or ".spec." in name
-    )
-
-
-def task_keywords(text: str) -> frozenset[str]:
-    """Words of 3+ ASCII letters/digits in ``text.lower()``, minus the stopwords."""
-    if not isinstance(text, str):
-        raise ArgumentTypeError(f"task_description must be a str, not {type(text).__name__}")
-    return frozenset(_KEYWORD_RE.findall(text.lower())) - STOPWORDS
-
-
-def check_file_paths(file_paths: object) -> tuple[str, ...]:
-    """Validate a query's paths: an iterable of str, never a bare string."""
-    if isinstance(file_paths, (str, bytes)):
-        raise ArgumentTypeError("file_paths must be an iterable of str, not a single string")
-    if not isinstance(file_paths, Iterable):
-        raise ArgumentTypeError(f"file_paths must be an iterable of str, not {type(file_paths).__name__}")
-    paths: tuple[object, ...] = tuple(file_paths)
-    for path in paths:
-        if not isinstance(path, str):
-            raise ArgumentTypeError(f"file_paths must contain only str, got {type(path).__name__}")
-    return paths  # type: ignore[return-value]
-
-
-def card_match_score(
-    card: FailureCard,
-    *,
-    file_paths: Iterable[str],
-    keywords: frozenset[str],
-    error_type: str | None,
-) -> int:
-    """How well a card matches a query (activity is the caller's business).
-
-    +10 once if any non-empty query path is a substring of the card's file_path;
-    +5 if ``error_type`` is non-empty and equals the card's; +2 per keyword shared
-    with the card's task description, but only when at least two are shared.
-    """
-    score = 0
-    if any(path and path in card.file_path for path in file_paths):
-        score += PATH_POINTS
-    if error_type and error_type == card.error_type:
-        score += ERROR_TYPE_POINTS
-    shared = len(keywords & task_keywords(card.task_description))
-    if shared >= MIN_SHARED_KEYWORDS:
-        score += KEYWORD_POINTS * shared
-    return score
-
-
-def rank_cards(scored: Iterable[tuple[int, int, FailureCard]], limit: int) -> list[FailureCard]:
-    """Order ``(score, file_order, card)`` triples and take ``limit``.
-
-    Scores of 0 or less are dropped; then score descending, timestamp descending,
-    file order ascending.
-    """
-    kept = [item for item in scored if item[0] > 0]
-    kept.sort(key=lambda item: (-item[0], -item[2].timestamp, item[1]))
-    return [item[2] for item in kept[:limit]]

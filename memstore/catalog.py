@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from memstore.checks import check_limit, check_readonly, require_mapping, require_str
 from memstore.entry_filter import EntryFilter
 from memstore.errors import (
-    ArgumentTypeError,
     EntryNotFoundError,
     IndexUnavailableError,
     InvalidArgumentError,
@@ -47,22 +48,17 @@ from memstore.id_prefix import (
     shortest_unique,
 )
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
-from memstore.index.db import IndexBusyError, IndexFile
+from memstore.index.db import IndexFile
+from memstore.index.report import CheckResult, IndexOff, IndexState, Progress, RefreshReport
 from memstore.index.trace import SearchPlan, SearchTrace
+from memstore.index_policy import IndexPolicy
 from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
-from memstore.layout import ensure_store, store_dir
-from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
+from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
+from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_iso
+from memstore.reports import HealthReport, MaintenancePreview
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-CATALOG_FILENAME = "memory.jsonl"
-QUARANTINE_FILENAME = "memory-quarantine.jsonl"
-LOCK_FILENAME = "memory.lock"
-INDEX_RETRY_SECONDS = 30.0
-"""After the index fails, reads scan for this long before trying the index again."""
 
 
 @dataclass(frozen=True)
@@ -107,21 +103,20 @@ class MemoryCatalog:
         return catalog
 
     def _setup(self, directory: Path, *, readonly: bool, private: bool, use_index: bool) -> None:
-        if not isinstance(readonly, bool):
-            raise ArgumentTypeError("readonly must be a bool")
+        check_readonly(readonly)
         self.directory = directory
-        self.path = directory / CATALOG_FILENAME
-        self.quarantine_path = directory / QUARANTINE_FILENAME
-        self.lock_path = directory / LOCK_FILENAME
+        self.path = directory / CATALOG_FILE
+        self.quarantine_path = directory / QUARANTINE_FILE
+        self.lock_path = directory / CATALOG_LOCK
         self.readonly = readonly
         self.private = private
         self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
         self._scan = ScanCache(self.path)
         self._quarantine_scan = ScanCache(self.quarantine_path)
-        self._use_index = use_index
-        self._index: CatalogIndex | None = None
-        self._index_error: str | None = None
-        self._index_failed_at = 0.0
+        self._index: IndexPolicy[CatalogIndex] = IndexPolicy(
+            functools.partial(CatalogIndex, self.path, readonly=readonly, private=private) if use_index else None,
+            source=self.path,
+        )
         if not readonly:
             # The spec's constructor contract: a writable catalog has its folder (a new
             # project store gets its .gitattributes and .gitignore with it).  Read-only
@@ -174,8 +169,7 @@ class MemoryCatalog:
     ) -> MemoryEntry:
         """Append to the quarantine file only; quarantined entries never reach memory.jsonl."""
         self._require_writable("add quarantined memory")
-        if not isinstance(provenance, Mapping):
-            raise ArgumentTypeError(f"provenance must be a dict, not {type(provenance).__name__}")
+        require_mapping("provenance", provenance, wanted="a dict")
         entry = self._new_entry(content, tags, branch_name, run_id)
         line = _readable(encode_entry(entry, quarantine=True, provenance=dict(provenance)))
         with self._lock():
@@ -195,12 +189,12 @@ class MemoryCatalog:
 
     def delete_by_branch(self, branch_name: str) -> int:
         self._require_writable("delete memory")
-        _require_str("branch_name", branch_name)
+        require_str("branch_name", branch_name)
         return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name))
 
     def delete_by_run_id(self, run_id: str) -> int:
         self._require_writable("delete memory")
-        _require_str("run_id", run_id)
+        require_str("run_id", run_id)
         return len(self._rewrite_without(lambda entry: entry.run_id == run_id, hint=run_id))
 
     def quarantine_by_branch(self, branch_name: str, reason: str) -> int:
@@ -209,8 +203,8 @@ class MemoryCatalog:
         A crash between the two steps leaves the entries in both files, never in neither.
         """
         self._require_writable("quarantine memory")
-        _require_str("branch_name", branch_name)
-        _require_str("reason", reason)
+        require_str("branch_name", branch_name)
+        require_str("reason", reason)
 
         def move(entries: builtins.list[MemoryEntry]) -> None:
             quarantined_at = utc_now_iso()
@@ -302,7 +296,7 @@ class MemoryCatalog:
 
     def _index_for_rewrite(self) -> CatalogIndex | None:
         """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""
-        index = self._get_index()
+        index = self._index.index()
         if index is None or not self.path.exists():
             return None
         try:
@@ -313,36 +307,6 @@ class MemoryCatalog:
         return index
 
     # ------------------------------------------------------------------ reads
-
-    def _get_index(self) -> CatalogIndex | None:
-        """The derived index for this catalog, or None when it cannot be used."""
-        if not self._use_index:
-            return None
-        if self._index_error is not None:
-            if time.monotonic() - self._index_failed_at < INDEX_RETRY_SECONDS:
-                return None
-            self._index_error = None  # try again: a damaged or missing index heals itself
-        if self._index is None:
-            self._index = CatalogIndex(self.path, readonly=self.readonly, private=self.private)
-        return self._index
-
-    def _index_failed(self, exc: Exception) -> None:
-        if isinstance(exc, IndexBusyError):
-            log.info("memstore index busy for %s, answering this call from a scan: %s", self.path, exc)
-            return
-        log.warning("memstore index unavailable for %s, answering from a scan: %s", self.path, exc)
-        self._index_error = str(exc)
-        self._index_failed_at = time.monotonic()
-
-    def _from_index(self, query: Callable[[CatalogIndex], T]) -> T | None:
-        index = self._get_index()
-        if index is None:
-            return None
-        try:
-            return query(index)
-        except IndexUnavailableError as exc:
-            self._index_failed(exc)
-            return None
 
     def _scanned(self) -> ScanResult:
         return self._scan.read()
@@ -364,7 +328,7 @@ class MemoryCatalog:
         limit = check_limit(limit)
         if limit == 0:
             return []
-        indexed = self._from_index(lambda index: index.list(limit, entry_filter))
+        indexed = self._index.ask(lambda index: index.list(limit, entry_filter))
         if indexed is not None:
             return indexed
         return scan_list(self._scanned(), limit, entry_filter)
@@ -387,7 +351,7 @@ class MemoryCatalog:
         limit = check_limit(limit)
         if not tokens or limit == 0:
             return []
-        indexed = self._from_index(lambda index: index.search(tokens, limit, entry_filter))
+        indexed = self._index.ask(lambda index: index.search(tokens, limit, entry_filter))
         if indexed is not None:
             return indexed
         return scan_search(self._scanned(), tokens, limit, entry_filter)
@@ -402,7 +366,7 @@ class MemoryCatalog:
         if not wanted:
             raise EntryNotFoundError(f"memory entry not found: {wanted}")
         probe = SHOWN_CANDIDATES + 1
-        indexed = self._from_index(lambda index: index.ids_from(wanted, probe))
+        indexed = self._index.ask(lambda index: index.ids_from(wanted, probe))
         if indexed is None:
             everyone = {item.entry.memory_id for item in self._scanned().entries}
             indexed = sorted(mid for mid in everyone if mid.startswith(wanted))
@@ -415,7 +379,7 @@ class MemoryCatalog:
     def short_ids(self, memory_ids: Iterable[str], *, minimum: int = SHORT_ID_MIN) -> dict[str, str]:
         """The shortest prefix of each id that no other entry shares, at least ``minimum`` long."""
         wanted = builtins.list(dict.fromkeys(memory_ids))
-        neighbours = self._from_index(lambda index: index.id_neighbours(wanted))
+        neighbours = self._index.ask(lambda index: index.id_neighbours(wanted))
         if neighbours is not None and len(neighbours) == len(wanted):
             return {mid: shortest_unique(mid, *neighbours[mid], minimum=minimum) for mid in wanted}
         return short_ids_among(wanted, (item.entry.memory_id for item in self._scanned().entries), minimum=minimum)
@@ -432,13 +396,13 @@ class MemoryCatalog:
             path, reason = "none", ("the query has no tokens" if not tokens else "the limit is 0")
         else:
             path, reason = "index", ""
-            outcome = {"reason": f"the index failed recently: {self._index_error}"}
-            indexed = self._from_index(lambda index: _traced_search(index, tokens, limit, trace, outcome))
+            outcome = {"reason": f"the index failed recently: {self._index.error}"}
+            indexed = self._index.ask(lambda index: _traced_search(index, tokens, limit, trace, outcome))
             if indexed is not None:
                 found, state = indexed, outcome.get("state")
             else:
                 path = "scan"
-                reason = outcome["reason"] if self._use_index else "the index is disabled for this catalog"
+                reason = outcome["reason"] if self._index.enabled else "the index is disabled for this catalog"
                 found = self._traced_scan(tokens, limit, trace)
         return SearchPlan(
             query=query,
@@ -468,11 +432,11 @@ class MemoryCatalog:
 
     def show(self, memory_id: str) -> MemoryEntry:
         """The first entry in file order with this id; FileNotFoundError when there is none."""
-        _require_str("memory_id", memory_id)
+        require_str("memory_id", memory_id)
         wanted = memory_id.strip()
         found: MemoryEntry | None = None
         if wanted:
-            indexed = self._from_index(lambda index: index.show(wanted))
+            indexed = self._index.ask(lambda index: index.show(wanted))
             if indexed is not None:
                 found = indexed[0] if indexed else None
             else:
@@ -518,34 +482,35 @@ class MemoryCatalog:
                 os.close(fd)
         return records
 
-    def health_report(self) -> dict[str, Any]:
+    def health(self) -> HealthReport:
         """Counts of valid and corrupt lines, plus the state of the index."""
         scanned = self._scanned()
-        report: dict[str, Any] = {
-            "path": str(self.path),
-            "exists": self.path.exists(),
-            "total_entries": len(scanned.entries),
-            "corrupt_entries": scanned.corrupt,
-            "blank_lines": scanned.blank,
-            "bytes": scanned.size,
-            "quarantined_entries": len(self._quarantine_scan.read().entries),
-            "healthy": scanned.corrupt == 0,
-        }
-        index = self._get_index()
-        if index is None:
-            report["index"] = {
-                "state": "disabled" if not self._use_index else "unavailable",
-                "error": self._index_error,
-            }
-        else:
-            try:
-                report["index"] = index.source_status()
-            except IndexUnavailableError as exc:
-                self._index_failed(exc)
-                report["index"] = {"state": "unavailable", "error": str(exc)}
-        return report
+        return HealthReport(
+            path=str(self.path),
+            exists=self.path.exists(),
+            total_entries=len(scanned.entries),
+            corrupt_entries=scanned.corrupt,
+            blank_lines=scanned.blank,
+            bytes=scanned.size,
+            quarantined_entries=len(self._quarantine_scan.read().entries),
+            index=self._index_state(),
+        )
 
-    def maintain_dry_run(self) -> dict[str, Any]:
+    def health_report(self) -> dict[str, Any]:
+        """:meth:`health` as the dict the spec's callers read (``corrupt_entries``, ``total_entries``, ``healthy``)."""
+        return self.health().to_dict()
+
+    def _index_state(self) -> IndexState:
+        index = self._index.index()
+        if index is None:
+            return IndexOff("unavailable" if self._index.enabled else "disabled", self._index.error)
+        try:
+            return index.source_status()
+        except IndexUnavailableError as exc:
+            self._index.failed(exc)
+            return IndexOff("unavailable", str(exc))
+
+    def maintenance_preview(self) -> MaintenancePreview:
         """What a maintenance pass would clean up, without touching anything."""
         scanned = self._scanned()
         ids: dict[str, int] = {}
@@ -564,32 +529,34 @@ class MemoryCatalog:
                 missing_newline = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
             finally:
                 os.close(fd)
-        return {
-            "dry_run": True,
-            "total_entries": len(scanned.entries),
-            "corrupt_lines": scanned.corrupt,
-            "blank_lines": scanned.blank,
-            "duplicate_ids": duplicates,
-            "missing_final_newline": missing_newline,
-            "stale_temp_files": stale,
-            "would_change": bool(scanned.corrupt or scanned.blank or duplicates or missing_newline or stale),
-        }
+        return MaintenancePreview(
+            total_entries=len(scanned.entries),
+            corrupt_lines=scanned.corrupt,
+            blank_lines=scanned.blank,
+            duplicate_ids=duplicates,
+            missing_final_newline=missing_newline,
+            stale_temp_files=stale,
+        )
+
+    def maintain_dry_run(self) -> dict[str, Any]:
+        """:meth:`maintenance_preview` as a dict (``dry_run``, the counts, ``would_change``)."""
+        return self.maintenance_preview().to_dict()
 
     # ------------------------------------------------------------------ index maintenance
 
-    def reindex(self, *, full: bool = False, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    def reindex(self, *, full: bool = False, progress: Progress | None = None) -> RefreshReport:
         """Bring the index up to date (``full`` rebuilds it from scratch); returns a report."""
-        index = self._get_index()
+        index = self._index.index()
         if index is None:
-            raise IndexUnavailableError(self._index_error or "the index is disabled for this catalog")
-        return dict(index.refresh(full=full, progress=progress))
+            raise IndexUnavailableError(self._index.error or "the index is disabled for this catalog")
+        return index.refresh(full=full, progress=progress)
 
-    def check_index(self) -> dict[str, Any]:
+    def check_index(self) -> CheckResult:
         """Compare the index with a fresh scan of the file; ``equal`` is False on any difference."""
-        index = self._get_index()
+        index = self._index.index()
         if index is None:
-            raise IndexUnavailableError(self._index_error or "the index is disabled for this catalog")
-        return dict(index.check(self._scan_fresh()))
+            raise IndexUnavailableError(self._index.error or "the index is disabled for this catalog")
+        return index.check(self._scan_fresh())
 
     def _scan_fresh(self) -> ScanResult:
         return ScanCache(self.path).read()
@@ -599,7 +566,7 @@ def _traced_search(
     index: CatalogIndex, tokens: list[str], limit: int, trace: SearchTrace, outcome: dict[str, str]
 ) -> list[MemoryEntry]:
     """``index.search`` with its planner traced; notes the index state (and the failure) in ``outcome``."""
-    outcome["state"] = str(index.source_status().get("state"))
+    outcome["state"] = index.source_status().state
     began = time.perf_counter()
     try:
         found = index.search(tokens, limit, planner=trace.planner)
@@ -628,8 +595,3 @@ def _is_whole_line(data: bytes) -> bool:
     so only bytes that do not parse can be a write cut short.
     """
     return is_blank(data) or is_json(data)
-
-
-def _require_str(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise ArgumentTypeError(f"{name} must be a str, not {type(value).__name__}")

@@ -31,7 +31,16 @@ from memstore.files import MAX_LINE_BYTES
 from memstore.workspace import open_catalog, workspace_root
 
 if TYPE_CHECKING:
+    from memstore.cards import FailureCard
+    from memstore.catalog import MemoryCatalog
+    from memstore.doctor import DoctorReport
+    from memstore.failure_cards import FailureCardStorage
+    from memstore.index.report import IndexState
     from memstore.index.trace import SearchPlan
+    from memstore.models import MemoryEntry
+    from memstore.pinned import PinnedFileStorage
+    from memstore.reports import WorkspaceStatus
+    from memstore.team import TeamMemory
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -128,7 +137,7 @@ def _scalar(value: object) -> str:
     return str(value)
 
 
-def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, object]]:
+def _flatten(mapping: Mapping[str, object], prefix: str = "") -> Iterator[tuple[str, object]]:
     """Nested report dicts as dotted keys, for ``key: value`` output."""
     for key, value in mapping.items():
         name = f"{prefix}{key}"
@@ -141,7 +150,7 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str
 ENTRY_COLUMNS = ("memory_id", "created_at", "tags", "branch_name", "run_id", "content")
 
 
-def _entries_table(entries: Sequence[Any], short: Mapping[str, str], *, empty: str = "no entries") -> str:
+def _entries_table(entries: Sequence[MemoryEntry], short: Mapping[str, str], *, empty: str = "no entries") -> str:
     if not entries:
         return empty
     rows = [
@@ -156,7 +165,9 @@ def _entries_table(entries: Sequence[Any], short: Mapping[str, str], *, empty: s
     return out.table(("ID", "CREATED", "TAGS", "CONTENT"), rows, width=out.terminal_width())
 
 
-def _emit_entries(env: Env, catalog: Any, entries: Sequence[Any], payload: Mapping[str, Any], *, empty: str) -> None:
+def _emit_entries(
+    env: Env, catalog: MemoryCatalog, entries: Sequence[MemoryEntry], payload: Mapping[str, Any], *, empty: str
+) -> None:
     def human() -> str:
         short = catalog.short_ids(entry.memory_id for entry in entries) if entries else {}
         return _entries_table(entries, short, empty=empty)
@@ -164,11 +175,11 @@ def _emit_entries(env: Env, catalog: Any, entries: Sequence[Any], payload: Mappi
     _emit_listing(env, payload, [entry.to_dict() for entry in entries], human, ENTRY_COLUMNS)
 
 
-def _card_status(card: Any) -> str:
+def _card_status(card: FailureCard) -> str:
     return "active" if card.is_active() else ("invalidated" if card.invalidated else "expired")
 
 
-def _cards_table(cards: Sequence[Any], short: Mapping[str, str], *, empty: str = "no failure cards") -> str:
+def _cards_table(cards: Sequence[FailureCard], short: Mapping[str, str], *, empty: str = "no failure cards") -> str:
     if not cards:
         return empty
     rows = []
@@ -187,13 +198,13 @@ def _cards_table(cards: Sequence[Any], short: Mapping[str, str], *, empty: str =
     return out.table(("ID", "STATUS", "CONFIDENCE", "ERROR", "FILE", "MESSAGE"), rows, width=out.terminal_width())
 
 
-def _emit_cards(env: Env, cards: Sequence[Any], payload: Mapping[str, Any], *, empty: str) -> None:
+def _emit_cards(env: Env, cards: Sequence[FailureCard], payload: Mapping[str, Any], *, empty: str) -> None:
     """Cards in the chosen format; ``payload`` is the --json document (memstore.reports)."""
 
     def human() -> str:
         from memstore.id_prefix import short_ids_among
 
-        storage = _failure_cards(env, for_reading=True)
+        storage = _reading_failure_cards(env)
         everyone = [] if storage is None else [card.id for card in storage.list_all()]
         return _cards_table(cards, short_ids_among([card.id for card in cards], everyone), empty=empty)
 
@@ -201,7 +212,7 @@ def _emit_cards(env: Env, cards: Sequence[Any], payload: Mapping[str, Any], *, e
     _emit_listing(env, payload, records, human)
 
 
-def _show_entry(entry: Any, extra: Iterable[tuple[str, object]] = ()) -> str:
+def _show_entry(entry: MemoryEntry, extra: Iterable[tuple[str, object]] = ()) -> str:
     head = _fields(
         [
             ("memory_id", entry.memory_id),
@@ -359,7 +370,7 @@ def _filter_options(func: F) -> F:
     )(func)
 
 
-def _catalog(env: Env, *, for_reading: bool = False) -> Any:
+def _catalog(env: Env, *, for_reading: bool = False) -> MemoryCatalog:
     """The project catalog; a read falls back to readonly when the store exists but cannot be written."""
     if for_reading and not _has_store(env):
         # A read on a root without a store answers empty and creates nothing.
@@ -379,17 +390,20 @@ def _outcome(env: Env, payload: Mapping[str, Any], done: bool, done_message: str
         raise Refused(refused_message)
 
 
-def _failure_cards(env: Env, *, for_reading: bool = False) -> Any:
-    """The failure cards; None for a read where no card folder exists (the answer is empty).
-
-    Opening the storage creates ``.teaagent/memory/``, which a read must not do.
-    """
+def _failure_cards(env: Env) -> FailureCardStorage:
+    """The failure cards, for a write (opening the storage creates ``.teaagent/memory/``)."""
     from memstore.failure_cards import FailureCardStorage
+
+    return FailureCardStorage(env.root)
+
+
+def _reading_failure_cards(env: Env) -> FailureCardStorage | None:
+    """The failure cards for a read; None where no card folder exists (the answer is empty, nothing is created)."""
     from memstore.layout import memory_dir
 
-    if for_reading and not memory_dir(env.root).is_dir():
+    if not memory_dir(env.root).is_dir():
         return None
-    return FailureCardStorage(env.root)
+    return _failure_cards(env)
 
 
 def _read_input(content: str | None, path: Path | None, what: str) -> str:
@@ -613,14 +627,21 @@ def delete_command(env: Env, branch: str | None, run_id: str | None, dry_run: bo
             return
         if not _confirmed(f"delete {_plural(len(matching), 'entry', 'entries')} of {what}?", yes=yes):
             raise Refused("nothing deleted")
-    deleted = catalog.delete_by_branch(branch) if branch is not None else catalog.delete_by_run_id(run_id)
+    if branch is not None:
+        deleted = catalog.delete_by_branch(branch)
+    elif run_id is not None:
+        deleted = catalog.delete_by_run_id(run_id)
+    else:  # unreachable: exactly one was given
+        raise click.UsageError("give exactly one of --branch or --run-id")
     if env.as_json:
         _emit_json({"deleted": deleted, "branch": branch, "run_id": run_id})
     else:
         click.echo(f"deleted {_plural(deleted, 'entry', 'entries')}")
 
 
-def _preview(env: Env, catalog: Any, entries: Sequence[Any], payload: Mapping[str, Any], verb: str) -> None:
+def _preview(
+    env: Env, catalog: MemoryCatalog, entries: Sequence[MemoryEntry], payload: Mapping[str, Any], verb: str
+) -> None:
     if env.as_json:
         _emit_json({**payload, f"would_{verb}": len(entries), "entries": [entry.to_dict() for entry in entries]})
         return
@@ -713,7 +734,7 @@ def quarantined_show_command(env: Env, memory_id: str) -> None:
 @with_env
 def health_command(env: Env) -> None:
     """Report entry counts, corrupt lines and index state."""
-    report = _catalog(env, for_reading=True).health_report()
+    report = _catalog(env, for_reading=True).health().to_dict()
     if env.as_json:
         _emit_json(report)
     else:
@@ -735,7 +756,7 @@ def maintain_command(env: Env, apply_changes: bool) -> None:
 
         _print_doctor(env, repair(env.root, catalog_only=True), fixed=True)
         return
-    report = _catalog(env, for_reading=True).maintain_dry_run()
+    report = _catalog(env, for_reading=True).maintenance_preview().to_dict()
     if env.as_json:
         _emit_json(report)
     else:
@@ -787,7 +808,7 @@ def doctor_command(env: Env, fix: bool) -> None:
     _print_doctor(env, report, fixed=fix)
 
 
-def _print_doctor(env: Env, report: Any, *, fixed: bool) -> None:
+def _print_doctor(env: Env, report: DoctorReport, *, fixed: bool) -> None:
     if env.as_json:
         _emit_json(report.to_dict())
     else:
@@ -833,12 +854,12 @@ def failures_group(root: Path | None, as_json: bool) -> None:
 @with_listing_env
 def failures_list_command(env: Env, active: bool) -> None:
     """List failure cards in file order."""
-    storage = _failure_cards(env, for_reading=True)
+    storage = _reading_failure_cards(env)
     cards = [] if storage is None else storage.list_active() if active else storage.list_all()
     _emit_cards(env, cards, reports.cards_report(cards), empty="no failure cards")
 
 
-def _card_fields(card: Any) -> str:
+def _card_fields(card: FailureCard) -> str:
     times = {"timestamp", "expires_at"}
     pairs = [(key, _iso(value) if key in times and value is not None else value)
              for key, value in card.to_dict().items()]
@@ -853,7 +874,7 @@ def failures_show_command(env: Env, card_id: str) -> None:
 
     ID may be a unique prefix of at least 4 characters. Exit 1 when no card matches.
     """
-    storage = _failure_cards(env, for_reading=True)
+    storage = _reading_failure_cards(env)
     card = None if storage is None else storage.get_by_id(storage.resolve_id(card_id))
     if card is None:
         raise Refused(f"failure card not found: {card_id.strip()}")
@@ -927,7 +948,7 @@ def failures_match_command(env: Env, files: tuple[str, ...], task: str, error_ty
 
     Scored by file path, error type and task keywords; best first.
     """
-    storage = _failure_cards(env, for_reading=True)
+    storage = _reading_failure_cards(env)
     cards = [] if storage is None else storage.find_matching(list(files), task, error_type, limit)
     _emit_cards(env, cards, reports.matching_cards_report(cards), empty="no matching failure cards")
 
@@ -971,7 +992,7 @@ def failures_clear_command(env: Env, card_id: str | None, every: bool, yes: bool
     if (card_id is None) == (not every):
         raise click.UsageError("give a card ID or --all (exactly one)")
     storage = _failure_cards(env)
-    if every:
+    if card_id is None:  # --all
         count = len(storage.list_all())
         if not _confirmed(f"remove all {_plural(count, 'failure card', 'failure cards')}?", yes=yes):
             raise Refused("nothing removed")
@@ -1014,7 +1035,7 @@ def failures_auto_invalidate_command(env: Env) -> None:
 # ----------------------------------------------------------------------------- pins
 
 
-def _pins(env: Env) -> Any:
+def _pins(env: Env) -> PinnedFileStorage:
     from memstore.pinned import PinnedFileStorage
 
     return PinnedFileStorage(env.root)
@@ -1065,7 +1086,7 @@ def pinned_command(env: Env) -> None:
 # ----------------------------------------------------------------------------- team memory
 
 
-def _team(env: Env) -> Any:
+def _team(env: Env) -> TeamMemory:
     from memstore.team import TeamMemory
 
     return TeamMemory(env.root)
@@ -1233,7 +1254,7 @@ class _ProgressBar:
         self._done = done
 
 
-def _catch_up_with_feedback(catalog: Any) -> None:
+def _catch_up_with_feedback(catalog: MemoryCatalog) -> None:
     """Bring the index up to date before a read, with a progress bar when that takes long.
 
     Only when stderr is a terminal; otherwise the read catches up silently as always.
@@ -1253,56 +1274,50 @@ def reindex_command(env: Env, full: bool, check: bool) -> None:
 
     --full rebuilds it from scratch; --check verifies it against a fresh scan.
     """
+    from memstore.maintenance import reindex_workspace
+
     catalog = _catalog(env)
     payload: dict[str, Any] = {}
     if full or not check:
         with contextlib.ExitStack() as stack:
-            show_progress = _stderr_is_terminal()
-            from memstore.maintenance import reindex_workspace
-
-            report = reindex_workspace(catalog, full=full, progress=_ProgressBar(stack) if show_progress else None)
+            progress = _ProgressBar(stack) if _stderr_is_terminal() else None
+            report = reindex_workspace(catalog, full=full, progress=progress).to_dict()
         payload["reindex"] = report
-    if check:
-        payload["check"] = catalog.check_index()
+    checked = catalog.check_index() if check else None
+    if checked is not None:
+        payload["check"] = checked.to_dict()
     if env.as_json:
         _emit_json(payload)
     else:
         if "reindex" in payload:
             click.echo(_fields(_flatten(payload["reindex"])))
-        if check and payload["check"].get("equal"):
-            click.echo(f"index matches the files: {payload['check'].get('summary', '')}".rstrip(": "))
-    if check and not payload["check"].get("equal"):
-        raise Refused(f"index differs from the files: {payload['check'].get('summary', '')}")
+        if checked is not None and checked.equal:
+            click.echo(f"index matches the files: {checked.summary}".rstrip(": "))
+    if checked is not None and not checked.equal:
+        raise Refused(f"index differs from the files: {checked.summary}")
 
 
-def _index_sources(index: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The per-source rows of an index state: a ``sources`` list or mapping, or the state itself."""
-    sources = index.get("sources")
-    if isinstance(sources, Mapping):
-        return [{"source": name, **dict(row)} for name, row in sources.items()]
-    if isinstance(sources, list):
-        return sources
-    return [index] if "source" in index else []
+def _status_row(source: IndexState) -> tuple[str, ...]:
+    from memstore.index.report import SourceStatus
+
+    if not isinstance(source, SourceStatus):  # an index the store does not ask: only its state
+        return (out.one_line(source.source or "?", None), source.state, "-", "-", "-", "-", "-")
+    return (
+        out.one_line(source.source, None),
+        source.state,
+        str(source.entries),
+        _bytes(source.bytes_indexed),
+        _bytes(source.bytes_behind),
+        _bytes(source.source_bytes),
+        _bytes(source.index_bytes),
+    )
 
 
-def _status_text(index: Mapping[str, Any]) -> str:
-    sources = _index_sources(index)
-    if not sources:
-        error = f" ({out.one_line(str(index['error']), None)})" if index.get("error") else ""
-        return f"index: {index.get('state', 'unknown')}{error}"
-    files = sorted({str(row.get("index_path") or row.get("path")) for row in sources} - {"None"})
-    rows = [
-        (
-            out.one_line(str(row.get("source", "?")), None),
-            str(row.get("state", "-")),
-            _scalar(row.get("entries")),
-            _bytes(row.get("bytes_indexed")),
-            _bytes(row.get("bytes_behind")),
-            _bytes(row.get("source_bytes")),
-            _bytes(row.get("index_bytes")),
-        )
-        for row in sources
-    ]
+def _status_text(status: WorkspaceStatus) -> str:
+    from memstore.index.report import SourceStatus
+
+    files = sorted({source.index_path for source in status.sources if isinstance(source, SourceStatus)})
+    rows = [_status_row(source) for source in status.sources]
     headers = ("SOURCE", "STATE", "ENTRIES", "INDEXED", "BEHIND", "FILE SIZE", "INDEX SIZE")
     return f"index: {', '.join(files) or '-'}\n" + out.table(headers, rows)
 
@@ -1316,11 +1331,11 @@ def status_command(env: Env) -> None:
     """
     from memstore.maintenance import workspace_index_status
 
-    index = workspace_index_status(_catalog(env, for_reading=True))
+    status = workspace_index_status(_catalog(env, for_reading=True))
     if env.as_json:
-        _emit_json({"index": index})
+        _emit_json({"index": status.to_dict()})
     else:
-        click.echo(_status_text(index))
+        click.echo(_status_text(status))
 
 
 # ----------------------------------------------------------------------------- watch

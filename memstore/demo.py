@@ -24,6 +24,8 @@ from typing import Any
 
 from memstore.catalog import MemoryCatalog
 from memstore.errors import IndexUnavailableError
+from memstore.index.report import SourceStatus
+from memstore.layout import CATALOG_FILE, store_dir
 from memstore.models import MemoryEntry
 from memstore.sample.catalog import DEFAULT_SEED, write_catalog
 
@@ -74,7 +76,7 @@ def _print_results(entries: Sequence[MemoryEntry]) -> None:
 
 def run_demo(root: Path, *, size: int, seed: int) -> bool:
     """The whole tour; returns False if the index and the scan ever disagreed."""
-    catalog_path = root / ".teaagent" / "memory.jsonl"
+    catalog_path = store_dir(root) / CATALOG_FILE
     started = time.perf_counter()
     write_catalog(catalog_path, size, seed=seed, workers=1)
     megabytes = catalog_path.stat().st_size / 1e6
@@ -87,13 +89,12 @@ def run_demo(root: Path, *, size: int, seed: int) -> bool:
         started = time.perf_counter()
         report = catalog.reindex(full=True)
         seconds = time.perf_counter() - started
-        rows = report.get("rows", size)
-        print(f"Built the index in {seconds:.2f} s ({rows / max(seconds, 1e-9):,.0f} rows/s)")
-        state = catalog.health_report().get("index", {})
-        if isinstance(state.get("index_bytes"), int):
+        print(f"Built the index in {seconds:.2f} s ({report.rows / max(seconds, 1e-9):,.0f} rows/s)")
+        state = catalog.health().index
+        if isinstance(state, SourceStatus):
             print(
-                f"  index: {state.get('index_path')} ({state['index_bytes'] / 1e6:.1f} MB, "
-                f"{state['index_bytes'] / catalog_path.stat().st_size:.2f}x the JSONL)"
+                f"  index: {state.index_path} ({state.index_bytes / 1e6:.1f} MB, "
+                f"{state.index_bytes / catalog_path.stat().st_size:.2f}x the JSONL)"
             )
     except IndexUnavailableError as exc:
         indexed = False
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.size < 1:
         parser.error("--size must be at least 1")
-    if args.root is not None and (Path(args.root) / ".teaagent" / "memory.jsonl").exists():
+    if args.root is not None and (store_dir(args.root) / CATALOG_FILE).exists():
         parser.error(f"{args.root} already holds a catalog; give an empty directory (the demo writes one)")
     started = time.perf_counter()
     with _workspace(args.root) as root:

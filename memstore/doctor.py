@@ -24,16 +24,21 @@ from typing import Any
 
 from memstore.errors import IndexUnavailableError, NotRegularFileError
 from memstore.files import MAX_JSON_FILE_BYTES, FileLock, atomic_write, iter_raw_lines, open_for_read, read_regular_file
+from memstore.index.report import IndexOff
 from memstore.json_array import encode_array, parse_array
 from memstore.jsonl import is_blank, parse_json_bytes
 from memstore.layout import (
     CATALOG_FILE,
+    CATALOG_LOCK,
     FAILURES_FILE,
+    FAILURES_LOCK,
     MEMORY_DIRNAME,
     PINNED_FILE,
+    PINNED_LOCK,
     QUARANTINE_FILE,
     STORE_DIRNAME,
     TEAM_FILE,
+    TEAM_LOCK,
     has_store,
     store_dir,
 )
@@ -439,7 +444,7 @@ def _lines_bytes(lines: list[bytes]) -> bytes:
 def _targets(root: Path) -> list[_Target]:
     store = store_dir(root)
     memory = store / MEMORY_DIRNAME
-    memory_lock = store / "memory.lock"
+    memory_lock = store / CATALOG_LOCK
     return [
         _Target(
             store / CATALOG_FILE,
@@ -448,9 +453,9 @@ def _targets(root: Path) -> list[_Target]:
             _lines_bytes,
         ),
         _Target(store / QUARANTINE_FILE, memory_lock, _check_catalog_file, _lines_bytes),
-        _Target(store / TEAM_FILE, store / "team-memory.lock", _check_team_file, _lines_bytes),
-        _Target(memory / FAILURES_FILE, memory / "failures.lock", _check_array_file, encode_array),
-        _Target(memory / PINNED_FILE, memory / "pinned.lock", _check_array_file, encode_array),
+        _Target(store / TEAM_FILE, store / TEAM_LOCK, _check_team_file, _lines_bytes),
+        _Target(memory / FAILURES_FILE, memory / FAILURES_LOCK, _check_array_file, encode_array),
+        _Target(memory / PINNED_FILE, memory / PINNED_LOCK, _check_array_file, encode_array),
     ]
 
 
@@ -469,14 +474,13 @@ def _index_findings(root: Path, report: list[Finding]) -> None:
     catalog = MemoryCatalog(root, readonly=True)
     if not catalog.path.exists() or not (store_dir(root) / "index").is_dir():
         return
-    state = catalog.health_report()["index"]
+    index = catalog.health().index
     name = INDEX_NAME
-    if state.get("state") == "unavailable":
-        report.append(Finding("damaged-index", name, None, str(state.get("error") or "cannot be opened")))
-    elif state.get("state") in ("behind", "not indexed"):
-        report.append(
-            Finding("stale-index", name, None, f"index is {state['state']} (reads catch it up)", severity="info")
-        )
+    if isinstance(index, IndexOff) and index.state == "unavailable":
+        report.append(Finding("damaged-index", name, None, index.error or "cannot be opened"))
+    elif index.state in ("behind", "not indexed"):
+        detail = f"index is {index.state} (reads catch it up)"
+        report.append(Finding("stale-index", name, None, detail, severity="info"))
 
 
 def diagnose(root: str | os.PathLike[str]) -> DoctorReport:
@@ -547,7 +551,7 @@ def _repair_index(root: Path, report: DoctorReport) -> None:
     catalog = MemoryCatalog(root)
     try:
         catalog.reindex()
-        if not catalog.check_index().get("equal"):
+        if not catalog.check_index().equal:
             catalog.reindex(full=True)
             report.changes.append("rebuilt the index (it differed from the files)")
     except IndexUnavailableError as exc:

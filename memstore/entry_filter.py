@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from memstore.errors import ArgumentTypeError, InvalidArgumentError
+from memstore.checks import optional_str
+from memstore.errors import InvalidArgumentError
 from memstore.models import MemoryEntry, tag_values
 
 
@@ -30,10 +31,11 @@ class EntryFilter:
         if not all(values):
             raise InvalidArgumentError("a tag filter cannot be empty")
         wanted = set(values)
-        for name, given in (("branch_name", branch_name), ("run_id", run_id)):
-            if given is not None and not isinstance(given, str):
-                raise ArgumentTypeError(f"{name} must be a str or None, not {type(given).__name__}")
-        return cls(tags=tuple(sorted(wanted)), branch_name=branch_name, run_id=run_id)
+        return cls(
+            tags=tuple(sorted(wanted)),
+            branch_name=optional_str("branch_name", branch_name),
+            run_id=optional_str("run_id", run_id),
+        )
 
     @property
     def empty(self) -> bool:

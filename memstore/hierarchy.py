@@ -27,8 +27,9 @@ from memstore.auto_memory import (
     search_entries,
 )
 from memstore.catalog import MemoryCatalog
-from memstore.errors import ArgumentTypeError, StorageError
-from memstore.models import MemoryEntry, check_limit, query_tokens
+from memstore.checks import check_limit, check_readonly, optional_str
+from memstore.errors import StorageError
+from memstore.models import MemoryEntry, query_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +50,8 @@ class MemoryHierarchy:
     """Project, personal and auto-memory tiers with one search and one prompt block."""
 
     def __init__(self, root: str | os.PathLike[str] = ".", *, readonly: bool = False) -> None:
-        if not isinstance(readonly, bool):
-            raise ArgumentTypeError("readonly must be a bool")
         self.root = Path(root)
-        self.readonly = readonly
+        self.readonly = check_readonly(readonly)
         self.project = MemoryCatalog(self.root, readonly=readonly)
         home = _home()
         self.personal_available = home is not None and home.is_dir()
@@ -125,8 +124,7 @@ class MemoryHierarchy:
         """
         limit = check_limit(limit)
         max_chars = check_limit(max_chars, name="max_chars")
-        if query is not None and not isinstance(query, str):
-            raise ArgumentTypeError(f"query must be a str or None, not {type(query).__name__}")
+        optional_str("query", query)
         snapshot = self.auto_memory.read()
         items_by_id = {item.item_id: item for item in snapshot.items}
         if query is not None and query.strip():

@@ -10,7 +10,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 
-from memstore.errors import AmbiguousIdError, ArgumentTypeError, EntryNotFoundError, InvalidArgumentError
+from memstore.checks import require_str
+from memstore.errors import AmbiguousIdError, EntryNotFoundError, InvalidArgumentError
 
 MIN_PREFIX = 4
 SHORT_ID_MIN = 8
@@ -18,9 +19,7 @@ SHOWN_CANDIDATES = 10
 
 
 def clean_prefix(prefix: object) -> str:
-    if not isinstance(prefix, str):
-        raise ArgumentTypeError(f"id must be a str, not {type(prefix).__name__}")
-    return prefix.strip()
+    return require_str("id", prefix).strip()
 
 
 def pick(prefix: str, matches: Sequence[str], *, what: str) -> str:

@@ -21,6 +21,13 @@ TEAM_FILE = "team-memory.md"
 MEMORY_DIRNAME = "memory"
 FAILURES_FILE = "failures.json"
 PINNED_FILE = "pinned.json"
+CONFIG_FILE = "config.json"
+"""Workspace settings (auto-invalidation rules), beside the catalog."""
+CATALOG_LOCK = "memory.lock"
+"""The one lock of every writer of memory.jsonl and memory-quarantine.jsonl."""
+TEAM_LOCK = "team-memory.lock"
+FAILURES_LOCK = "failures.lock"
+PINNED_LOCK = "pinned.lock"
 LINE_FILES = (CATALOG_FILE, QUARANTINE_FILE, TEAM_FILE)
 """Append-only line files: a union of both sides is a correct merge."""
 JSON_ARRAY_FILES = (f"{MEMORY_DIRNAME}/{FAILURES_FILE}", f"{MEMORY_DIRNAME}/{PINNED_FILE}")

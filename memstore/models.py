@@ -6,14 +6,14 @@ tests all share these definitions, which is what keeps them in agreement.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from memstore.errors import ArgumentTypeError, EmptyContentError, InvalidArgumentError
+from memstore.checks import non_empty_str, optional_str, require_str, str_items
+from memstore.errors import EmptyContentError, InvalidArgumentError
 
 AUTO_CURATED_TAG = "auto-curated"
 RUN_SUMMARY_TAG = "run-summary"
@@ -33,16 +33,7 @@ def normalize_tags(tags: Iterable[str]) -> tuple[str, ...]:
 
 def tag_values(tags: Iterable[str]) -> list[str]:
     """Each tag stripped and lowercased, in order (empties kept); type errors are ArgumentTypeError."""
-    if isinstance(tags, (str, bytes)):
-        raise ArgumentTypeError("tags must be an iterable of str, not a single string")
-    try:
-        items = list(tags)
-    except TypeError:
-        raise ArgumentTypeError(f"tags must be an iterable of str, not {type(tags).__name__}") from None
-    for tag in items:
-        if not isinstance(tag, str):
-            raise ArgumentTypeError(f"tags must contain only str, got {type(tag).__name__}")
-    return [tag.strip().lower() for tag in items]
+    return [tag.strip().lower() for tag in str_items("tags", tags)]
 
 
 def utc_now_iso() -> str:
@@ -52,12 +43,6 @@ def utc_now_iso() -> str:
 
 def new_memory_id() -> str:
     return uuid.uuid4().hex
-
-
-def _optional_str(name: str, value: object) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise ArgumentTypeError(f"{name} must be a str or None, not {type(value).__name__}")
 
 
 @dataclass(frozen=True)
@@ -72,22 +57,14 @@ class MemoryEntry:
     run_id: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.memory_id, str):
-            raise ArgumentTypeError(f"memory_id must be a str, not {type(self.memory_id).__name__}")
-        memory_id = self.memory_id.strip()
-        if not memory_id:
-            raise InvalidArgumentError("memory_id cannot be empty")
-        if not isinstance(self.content, str):
-            raise ArgumentTypeError(f"content must be a str, not {type(self.content).__name__}")
-        content = self.content.strip()
+        memory_id = non_empty_str("memory_id", self.memory_id)
+        content = require_str("content", self.content).strip()
         if not content:
             raise EmptyContentError("memory content cannot be empty")
-        if not isinstance(self.created_at, str):
-            raise ArgumentTypeError(f"created_at must be a str, not {type(self.created_at).__name__}")
-        if not self.created_at:
+        if not require_str("created_at", self.created_at):
             raise InvalidArgumentError("created_at cannot be empty")
-        _optional_str("branch_name", self.branch_name)
-        _optional_str("run_id", self.run_id)
+        optional_str("branch_name", self.branch_name)
+        optional_str("run_id", self.run_id)
         object.__setattr__(self, "memory_id", memory_id)
         object.__setattr__(self, "content", content)
         object.__setattr__(self, "tags", normalize_tags(self.tags))
@@ -154,9 +131,7 @@ def memory_entry_from_payload(payload: object) -> MemoryEntry | None:
 
 def query_tokens(query: str) -> list[str]:
     """The spec's tokenisation: strip, lowercase, split on whitespace, duplicates kept."""
-    if not isinstance(query, str):
-        raise ArgumentTypeError(f"query must be a str, not {type(query).__name__}")
-    return query.strip().lower().split()
+    return require_str("query", query).strip().lower().split()
 
 
 def tag_bonus(tags: Sequence[str]) -> int:
@@ -192,42 +167,6 @@ def memory_relevance_score(entry: MemoryEntry, tokens: Sequence[str]) -> int:
 
 def memory_entries_to_prompt(entries: Iterable[MemoryEntry]) -> list[dict[str, Any]]:
     return [entry.to_dict() for entry in entries]
-
-
-MAX_LIMIT = 2**62
-"""Larger limits are taken as this one: no file holds that many items, and SQLite binds
-integers only below 2**63 (a bigger one raised OverflowError from the indexed path)."""
-
-
-def check_limit(limit: object, *, name: str = "limit") -> int:
-    """Validate a result limit (ints only, not bool; never negative) and return it clamped to MAX_LIMIT.
-
-    Every public entry point passes its limits through here and uses the returned value,
-    so nothing past this point sees an integer SQLite or a float conversion cannot take.
-    """
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise ArgumentTypeError(f"{name} must be an int, not {type(limit).__name__}")
-    if limit < 0:
-        raise InvalidArgumentError(f"{name} must be >= 0, got {limit}")
-    return min(limit, MAX_LIMIT)
-
-
-def check_finite_number(name: str, value: object) -> float:
-    """A stored or given timestamp as a float: an int or float (not bool), finite once converted.
-
-    ``10**400`` (an int JSON accepts but no float holds), ``inf``, ``nan``, strings and
-    bools are all ``InvalidArgumentError``/``ArgumentTypeError``, never OverflowError,
-    so one check serves every reader.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ArgumentTypeError(f"{name} must be a number, not {type(value).__name__}")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise InvalidArgumentError(f"{name} is too large for a float") from None
-    if not math.isfinite(number):
-        raise InvalidArgumentError(f"{name} must be finite, got {value!r}")
-    return number
 
 
 def rank_matches(scored: Iterable[tuple[int, str, int, MemoryEntry]], limit: int) -> list[MemoryEntry]:

@@ -41,10 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memstore.errors import ArgumentTypeError, InvalidArgumentError
+from memstore.checks import check_finite_number, require_mapping, require_path, require_str
+from memstore.errors import InvalidArgumentError
 from memstore.json_array import JsonArrayFile
-from memstore.layout import PINNED_FILE, ensure_memory_dir, memory_dir
-from memstore.models import check_finite_number
+from memstore.layout import PINNED_FILE, PINNED_LOCK, ensure_memory_dir, memory_dir
 
 logger = logging.getLogger(__name__)
 
@@ -209,9 +209,7 @@ def is_secret_path(path: str) -> str | None:
     Pure: looks at the spelling only (case-insensitively, since checkouts on
     macOS and Windows are), never at the filesystem.
     """
-    if not isinstance(path, str):
-        raise ArgumentTypeError(f"path must be a str, not {type(path).__name__}")
-    parts = [_spellings(part) for part in _components(path)]
+    parts = [_spellings(part) for part in _components(require_str("path", path))]
     if not parts:
         return None
     dirs = [variant for spellings in parts[:-1] for spelling in spellings for variant in name_variants(spelling)]
@@ -243,12 +241,6 @@ def _path_key(path: str) -> str:
     return posixpath.normpath(path.replace("\\", "/"))
 
 
-def _check_path_arg(file_path: object) -> str:
-    if not isinstance(file_path, str):
-        raise ArgumentTypeError(f"file_path must be a str, not {type(file_path).__name__}")
-    return file_path
-
-
 def _timestamp(payload: Mapping[str, Any], key: str) -> float:
     return check_finite_number(key, payload[key])
 
@@ -271,8 +263,7 @@ class PinnedFile:
         Timestamps must be numbers that are finite as floats (``10**400``, ``inf``,
         strings and bools raise ``MemstoreError``s); readers skip such a pin.
         """
-        if not isinstance(payload, Mapping):
-            raise ArgumentTypeError(f"payload must be a mapping, not {type(payload).__name__}")
+        require_mapping("payload", payload)
         try:
             file_path = payload["file_path"]
             if not isinstance(file_path, str) or not file_path:
@@ -286,12 +277,10 @@ class PinnedFileStorage:
     """The pinned-file list of one repository root."""
 
     def __init__(self, root: Path | str) -> None:
-        if not isinstance(root, (str, os.PathLike)):
-            raise ArgumentTypeError(f"root must be a str or Path, not {type(root).__name__}")
-        self.root = Path(root)
+        self.root = require_path("root", root)
         self.directory = memory_dir(self.root)
         self.path = self.directory / PINNED_FILE
-        self._file = JsonArrayFile(self.path, self.directory / "pinned.lock", prepare=self._prepare_write)
+        self._file = JsonArrayFile(self.path, self.directory / PINNED_LOCK, prepare=self._prepare_write)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -322,7 +311,7 @@ class PinnedFileStorage:
 
     def is_pinned(self, file_path: str) -> bool:
         """True when a pin of this path is listed by :meth:`list_all`."""
-        key = _path_key(_check_path_arg(file_path))
+        key = _path_key(require_str("file_path", file_path))
         return any(_path_key(pin.file_path) == key for pin in self._visible_pins())
 
     # -- writing -------------------------------------------------------------------------
@@ -361,7 +350,7 @@ class PinnedFileStorage:
         The same checks ``add`` makes, for callers that must tell the reason (the MCP server);
         "already pinned" is not among them, it is decided under the lock.
         """
-        return self._refusal(_check_path_arg(file_path))
+        return self._refusal(require_str("file_path", file_path))
 
     def _refusal(self, file_path: str, *, must_exist: bool = True) -> str | None:
         """Why ``file_path`` cannot be (or stay) pinned; None when it can."""
@@ -388,7 +377,7 @@ class PinnedFileStorage:
 
     def add(self, file_path: str) -> bool:
         """Pin ``file_path`` (relative to the root); ``False`` with a warning when refused."""
-        _check_path_arg(file_path)
+        require_str("file_path", file_path)
         reason = self._refusal(file_path)
         if reason is not None:
             logger.warning("refusing to pin %r: %s", file_path, reason)
@@ -412,7 +401,7 @@ class PinnedFileStorage:
         return True
 
     def remove(self, file_path: str) -> bool:
-        key = _path_key(_check_path_arg(file_path))
+        key = _path_key(require_str("file_path", file_path))
         if not self.path.exists():
             return False
 
@@ -434,7 +423,7 @@ class PinnedFileStorage:
 
     def update_last_modified(self, file_path: str) -> bool:
         """Stamp the pin's ``last_modified`` with the current time; ``False`` if not pinned."""
-        key = _path_key(_check_path_arg(file_path))
+        key = _path_key(require_str("file_path", file_path))
         if not self.path.exists():
             return False
 

@@ -46,7 +46,8 @@ import re
 import threading
 from collections.abc import Iterable
 
-from memstore.errors import ArgumentTypeError, EmptyContentError, MemstoreError
+from memstore.checks import iterable_list, require_str, wrong_type
+from memstore.errors import EmptyContentError, MemstoreError
 
 READ_WORDS: frozenset[str] = frozenset(
     {
@@ -338,22 +339,18 @@ def _judge(name: str) -> tuple[bool, str]:
 
 def is_read_only_tool(name: str) -> bool:
     """Whether the built-in rule knows ``name`` to be read-only (host lists aside)."""
-    if not isinstance(name, str):
-        raise ArgumentTypeError(f"name must be a str, not {type(name).__name__}")
-    return _judge(name)[0]
+    return _judge(require_str("name", name))[0]
 
 
 def _tool_set(option: str, names: Iterable[str]) -> frozenset[str]:
     if isinstance(names, str | bytes):
-        raise ArgumentTypeError(f"{option} must be an iterable of tool names, not a single {type(names).__name__}")
-    try:
-        items = list(names)
-    except TypeError:
-        raise ArgumentTypeError(f"{option} must be an iterable of tool names, not {type(names).__name__}") from None
-    for item in items:
+        raise wrong_type(f"{option} must be an iterable of tool names", names, single=True)
+    keys: set[str] = set()
+    for item in iterable_list(option, names, wanted="an iterable of tool names"):
         if not isinstance(item, str):
-            raise ArgumentTypeError(f"{option} must hold str names, not {type(item).__name__}")
-    return frozenset(normalize_tool_name(item) for item in items)
+            raise wrong_type(f"{option} must hold str names", item)
+        keys.add(normalize_tool_name(item))
+    return frozenset(keys)
 
 
 class PlanMode:
@@ -410,9 +407,7 @@ class PlanMode:
             self._state = PlanModeState.ENABLED
 
     def add_note(self, text: str) -> None:
-        if not isinstance(text, str):
-            raise ArgumentTypeError(f"text must be a str, not {type(text).__name__}")
-        note = text.strip()
+        note = require_str("text", text).strip()
         if not note:
             raise EmptyContentError("plan note cannot be empty")
         with self._lock:
@@ -447,8 +442,7 @@ class PlanMode:
 
     def can_execute_tool(self, name: str) -> tuple[bool, str]:
         """``(allowed, reason)`` for running tool ``name`` in the current state."""
-        if not isinstance(name, str):
-            raise ArgumentTypeError(f"name must be a str, not {type(name).__name__}")
+        require_str("name", name)
         state = self.state
         if state is PlanModeState.DISABLED:
             return True, "plan mode is disabled"

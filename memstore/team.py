@@ -14,10 +14,11 @@ import builtins
 import re
 from pathlib import Path
 
-from memstore.errors import ArgumentTypeError, EmptyContentError, EntryNotFoundError, InvalidArgumentError
+from memstore.checks import check_limit, require_str
+from memstore.errors import EmptyContentError, EntryNotFoundError, InvalidArgumentError
 from memstore.files import FileLock, append_line, atomic_write, read_regular_file
-from memstore.layout import ensure_store, store_dir
-from memstore.models import check_limit, utc_now_iso
+from memstore.layout import TEAM_FILE, TEAM_LOCK, ensure_store, store_dir
+from memstore.models import utc_now_iso
 
 EMPTY_PROMPT = "[team-memory] No shared team context available."
 CHARS_PER_TOKEN = 4
@@ -37,14 +38,12 @@ class TeamMemory:
     def __init__(self, root: str | Path = ".") -> None:
         self.root = Path(root)
         self.directory = store_dir(self.root)
-        self.path = self.directory / "team-memory.md"
-        self._lock = FileLock(self.directory / "team-memory.lock")
+        self.path = self.directory / TEAM_FILE
+        self._lock = FileLock(self.directory / TEAM_LOCK)
 
     def add(self, entry: str) -> str:
         """Append one entry and return the written line (without its newline)."""
-        if not isinstance(entry, str):
-            raise ArgumentTypeError(f"entry must be a str, not {type(entry).__name__}")
-        text = one_line(entry)
+        text = one_line(require_str("entry", entry))
         if not text:
             raise EmptyContentError("team memory entry cannot be empty")
         line = f"- {utc_now_iso()} — {text}"
@@ -73,9 +72,7 @@ class TeamMemory:
         kept byte for byte.  More than one matching note is refused (InvalidArgumentError
         listing them) unless ``every``; none is EntryNotFoundError.
         """
-        if not isinstance(text, str):
-            raise ArgumentTypeError(f"text must be a str, not {type(text).__name__}")
-        if not text.strip():
+        if not require_str("text", text).strip():
             raise InvalidArgumentError("the text naming a team note cannot be empty")
         with self._lock:
             try:

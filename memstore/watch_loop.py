@@ -26,17 +26,17 @@ from typing import Any
 
 from memstore.catalog import MemoryCatalog
 from memstore.errors import IndexUnavailableError, MemstoreError
-from memstore.layout import has_store
+from memstore.layout import CATALOG_FILE, FAILURES_FILE, has_store, memory_dir, store_dir
 from memstore.maintenance import reindex_workspace
 from memstore.watcher import FileWatcher
 
 logger = logging.getLogger(__name__)
 
-WATCHED_FILES = (
-    Path(".teaagent") / "memory.jsonl",
-    Path(".teaagent") / "memory" / "failures.json",
-)
-"""The canonical files whose changes the index follows, relative to the root."""
+
+def watched_files(root: Path) -> list[Path]:
+    """The canonical files whose changes the index follows: the catalog and the failure cards."""
+    return [store_dir(root) / CATALOG_FILE, memory_dir(root) / FAILURES_FILE]
+
 
 STEP_SECONDS = 0.1
 """How often the loop looks at the stop flag while idle."""
@@ -69,7 +69,7 @@ class IndexWatch:
         on_action: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         self.root = Path(root)
-        self.paths = [self.root / relative for relative in WATCHED_FILES]
+        self.paths = watched_files(self.root)
         self.poll_interval = poll_interval
         self._on_action = on_action
         self._catalog: MemoryCatalog | None = None  # opened once a store exists: watching creates nothing
@@ -135,7 +135,7 @@ class IndexWatch:
         try:
             if self._catalog is None:
                 self._catalog = MemoryCatalog(self.root)
-            report = reindex_workspace(self._catalog, full=False, progress=self._check_stop)
+            report = reindex_workspace(self._catalog, full=False, progress=self._check_stop).to_dict()
         except WatchStopped:
             return
         except IndexUnavailableError as exc:

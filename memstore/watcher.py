@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memstore.errors import ArgumentTypeError, InvalidArgumentError
-from memstore.models import check_limit
+from memstore.checks import check_limit, iterable_list, require_path, wrong_type
+from memstore.errors import InvalidArgumentError
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +99,9 @@ class FileWatcher:
     """Watch a set of files and call ``callback(path, 'modified' | 'deleted')`` after changes."""
 
     def __init__(self, root: Path, callback: Callable[[str, str], None], debounce_ms: int = 500) -> None:
-        if not isinstance(root, (str, os.PathLike)):
-            raise ArgumentTypeError(f"root must be a str or Path, not {type(root).__name__}")
+        require_path("root", root)
         if not callable(callback):
-            raise ArgumentTypeError(f"callback must be callable, not {type(callback).__name__}")
+            raise wrong_type("callback must be callable", callback)
         self._debounce = check_limit(debounce_ms, name="debounce_ms") / 1000
         self._observer_class, handler_base = _load_watchdog()
         self._handler = _make_handler(handler_base, self._on_event)
@@ -162,12 +161,10 @@ class FileWatcher:
 
     def update_watched_files(self, file_paths: Iterable[str]) -> None:
         """Replace the watched set; relative paths are resolved against the root."""
-        if isinstance(file_paths, (str, bytes)):
-            raise ArgumentTypeError("file_paths must be a collection of str, not a single string")
         spellings: dict[str, list[str]] = {}
-        for path in file_paths:
+        for path in iterable_list("file_paths", file_paths, wanted="a collection of str"):
             if not isinstance(path, str):
-                raise ArgumentTypeError(f"watched paths must be str, not {type(path).__name__}")
+                raise wrong_type("watched paths must be str", path)
             spellings.setdefault(self._key(path), []).append(path)
         with self._watch_lock:
             with self._state_lock:

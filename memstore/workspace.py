@@ -122,19 +122,18 @@ def status_report(workspace: Workspace) -> dict[str, Any]:
     """Counts of every store, the catalog's health and the index state per source, in one document.
 
     ``{"root": str, "counts": {...}, "health": {...}, "index": {"sources": [...]}}``; ``health``
-    is the catalog's ``health_report()`` without its index part, which ``index`` gives per source.
+    is the catalog's health report without its index part, which ``index`` gives per source.
     """
     from memstore.maintenance import workspace_index_status
 
     catalog = workspace.reading_catalog
-    health = catalog.health_report()
-    health.pop("index", None)
+    health = catalog.health()
     storage = workspace.reading_failure_cards
     cards = storage.list_all() if storage is not None else []
     counts = {
-        "entries": health["total_entries"],
-        "corrupt_entries": health["corrupt_entries"],
-        "quarantined_entries": health["quarantined_entries"],
+        "entries": health.total_entries,
+        "corrupt_entries": health.corrupt_entries,
+        "quarantined_entries": health.quarantined_entries,
         "failure_cards": len(cards),
         "active_failure_cards": sum(1 for card in cards if card.is_active()),
         "pinned_files": len(workspace.pins.list_all()),
@@ -143,6 +142,6 @@ def status_report(workspace: Workspace) -> dict[str, Any]:
     return {
         "root": str(workspace.root),
         "counts": counts,
-        "health": health,
-        "index": workspace_index_status(catalog),
+        "health": health.file_dict(),
+        "index": workspace_index_status(catalog).to_dict(),
     }

@@ -149,7 +149,7 @@ def test_bom_does_not_hide_the_first_entry_index_equals_scan(tmp_path: Path) -> 
     assert [e.memory_id for e in indexed.list()] == ["m2", "m1"]
     assert indexed.show("m1").content == "first entry"
     assert indexed.health_report()["index"]["state"] == "fresh"
-    assert indexed.check_index()["equal"]
+    assert indexed.check_index().equal
     report = scanned.health_report()
     assert (report["total_entries"], report["corrupt_entries"], report["blank_lines"]) == (2, 0, 1)
     # A rewrite keeps the BOM of a line it keeps, byte for byte, and the index follows it.
@@ -157,7 +157,7 @@ def test_bom_does_not_hide_the_first_entry_index_equals_scan(tmp_path: Path) -> 
     assert indexed.delete_by_branch("gone") == 1
     assert path.read_bytes().startswith(BOM + line("m1", "first entry", tags=["t"]))
     assert answers(indexed, queries) == answers(MemoryCatalog(tmp_path, use_index=False), queries)
-    assert indexed.check_index()["equal"]
+    assert indexed.check_index().equal
 
 
 def test_bom_in_the_quarantine_file_and_the_personal_tier(tmp_path: Path) -> None:

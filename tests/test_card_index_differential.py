@@ -94,6 +94,6 @@ def test_card_answers_come_from_the_index(tmp_path: Path) -> None:
     storage.append(card)
     assert storage.find_matching(["app.py"], "database migration models") == [card]
     status = storage.index_status()
-    assert status["state"] == "fresh" and status["entries"] == 1
-    assert storage.reindex()["action"] == "none"
-    assert storage.reindex(full=True)["action"] == "rebuilt"
+    assert status.state == "fresh" and status.entries == 1
+    assert storage.reindex().action == "none"
+    assert storage.reindex(full=True).action == "rebuilt"

@@ -1,4 +1,4 @@
-"""FailureCard, AutoInvalidationRule and the pure matching helpers of memstore.cards."""
+"""FailureCard, AutoInvalidationRule and the card-matching helpers (cards, auto_invalidation, card_match)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memstore.cards import (
-    STOPWORDS,
-    AutoInvalidationRule,
-    FailureCard,
-    card_match_score,
-    check_file_paths,
-    default_auto_invalidation_rules,
-    is_test_path,
-    rank_cards,
-    task_keywords,
-)
+from memstore.auto_invalidation import AutoInvalidationRule, default_auto_invalidation_rules, is_test_path
+from memstore.card_match import STOPWORDS, card_match_score, check_file_paths, rank_cards, task_keywords
+from memstore.cards import FailureCard
 from memstore.errors import ArgumentTypeError, InvalidArgumentError
 
 API_FIELDS = [

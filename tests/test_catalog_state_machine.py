@@ -221,7 +221,7 @@ class CatalogMachine(RuleBasedStateMachine):
         assert not quarantined_ids & {e.memory_id for e in self.active}  # invariant 8: never promoted
         if self.catalog.path.exists():
             report = self.other.check_index()
-            assert report["equal"], report["summary"]
+            assert report.equal, report.summary
 
 
 MACHINE_SETTINGS = settings(

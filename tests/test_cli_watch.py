@@ -152,13 +152,14 @@ def test_watch_keeps_the_index_caught_up_through_appends_and_replacements(root: 
 def test_index_watch_catches_up_on_every_kind_of_change(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The loop itself, in-process, with the catalog's reindex recorded instead of run."""
     from memstore.catalog import MemoryCatalog
+    from memstore.index.report import RefreshReport
     from memstore.watch_loop import IndexWatch
 
     calls: list[bool] = []
 
-    def reindex(self: MemoryCatalog, *, full: bool = False, progress: object = None) -> dict[str, int]:
+    def reindex(self: MemoryCatalog, *, full: bool = False, progress: object = None) -> RefreshReport:
         calls.append(full)
-        return {"indexed": len(calls)}
+        return RefreshReport(str(self.path), "appended", len(calls), seconds=0.0)
 
     monkeypatch.setattr(MemoryCatalog, "reindex", reindex)
     actions: list[dict[str, Any]] = []
@@ -198,16 +199,17 @@ def test_index_watch_retries_after_a_failure_and_reports_it_once(
 ) -> None:
     from memstore.catalog import MemoryCatalog
     from memstore.errors import IndexUnavailableError
+    from memstore.index.report import RefreshReport
     from memstore.watch_loop import IndexWatch
 
     MemoryCatalog(root).add("an entry")
     attempts: list[int] = []
 
-    def reindex(self: MemoryCatalog, *, full: bool = False, progress: object = None) -> dict[str, int]:
+    def reindex(self: MemoryCatalog, *, full: bool = False, progress: object = None) -> RefreshReport:
         attempts.append(1)
         if len(attempts) <= 3:
             raise IndexUnavailableError("database is locked")
-        return {"rows": 1}
+        return RefreshReport(str(self.path), "appended", 1, seconds=0.0)
 
     monkeypatch.setattr(MemoryCatalog, "reindex", reindex)
     actions: list[dict[str, Any]] = []
@@ -250,4 +252,4 @@ def test_index_watch_survives_a_card_with_an_unusable_timestamp(root: Path) -> N
     assert not runner.is_alive()
     assert [a for a in actions if a["event"] == "error"] == []
     assert [c.id for c in storage.list_all()] == [card.id]
-    assert storage.index_status()["state"] == "fresh"
+    assert storage.index_status().state == "fresh"

@@ -18,9 +18,11 @@ from bounded import run_bounded
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memstore.auto_invalidation import MAX_CONFIG_BYTES
 from memstore.cards import FailureCard
 from memstore.errors import ArgumentTypeError, InvalidArgumentError, MemstoreError
-from memstore.failure_cards import MAX_CONFIG_BYTES, MAX_SIGNATURE_BYTES, FailureCardStorage
+from memstore.failure_cards import FailureCardStorage
+from memstore.file_signatures import MAX_SIGNATURE_BYTES
 
 FUTURE = 4e12  # an expiry no test run will reach
 
@@ -203,7 +205,6 @@ def test_clear_by_id_removes_exactly_one(store: FailureCardStorage) -> None:
 )
 def test_unreadable_content_reads_as_no_cards(store: FailureCardStorage, content: bytes) -> None:
     store.path.write_bytes(content)
-    assert store._read_cards() == []
     assert store.list_all() == []
     assert store.list_active() == []
     assert store.get_by_id("a") is None
@@ -296,7 +297,7 @@ def test_find_matching_a_limit_beyond_sqlite_integers_means_every_card(store: Fa
     assert sorted(c.id for c in store.find_matching(["app.py"], "", limit=limit)) == ["a", "b"]
 
 
-# A brute-force reference, written independently of memstore.cards.
+# A brute-force reference, written independently of memstore.card_match.
 _REF_STOPWORD_TEXT = """a an the and or but in on at to for of with by from as is was are were be been being
 have has had do does did will would could should may might must shall can it its this that these those i you
 he she we they what which who whom when where why how all any both each few more most other some such no nor
@@ -694,7 +695,7 @@ def test_invalid_config_acts_on_nothing(
     write(tmp_path, "src/app.py", "v2")
     (tmp_path / ".teaagent" / "config.json").write_text(content)
     before = store.path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="memstore.failure_cards"):
+    with caplog.at_level(logging.WARNING, logger="memstore.auto_invalidation"):
         assert store.apply_auto_invalidation() == ZERO
     assert store.path.read_bytes() == before
     assert "skipped" in caplog.text or "not valid JSON" in caplog.text
@@ -709,7 +710,7 @@ def test_wrong_shaped_config_argument_acts_on_nothing(
     store.apply_auto_invalidation({})
     write(tmp_path, "src/app.py", "v2")
     before = store.path.read_bytes()
-    with caplog.at_level(logging.WARNING, logger="memstore.failure_cards"):
+    with caplog.at_level(logging.WARNING, logger="memstore.auto_invalidation"):
         assert store.apply_auto_invalidation(shape) == ZERO
     assert store.path.read_bytes() == before
     assert "skipped" in caplog.text

@@ -231,7 +231,7 @@ def _index_equals_scan_through_edits(tmp_path_factory: pytest.TempPathFactory, i
         # A second process (a fresh catalog object) sees the same answers from the shared index.
         assert_same(MemoryCatalog(root), queries[:1])
     report = catalog.check_index()
-    assert report["equal"], report["summary"]
+    assert report.equal, report.summary
     # The answers above came from the index, not from the scan fallback.
     assert catalog.health_report()["index"]["state"] in ("fresh", "missing")
 

@@ -105,20 +105,20 @@ def test_long_lived_handle_files_new_tags_under_current_ids(tmp_path: Path, rebu
             assert catalog.search(query, limit=limit) == scan_of(tmp_path).search(query, limit=limit), query
             assert MemoryCatalog(tmp_path).search(query, limit=limit) == scan_of(tmp_path).search(query, limit=limit)
     report = catalog.check_index()
-    assert report["equal"], report["summary"]
+    assert report.equal, report.summary
 
 
 def test_check_index_compares_the_tag_tables(tmp_path: Path) -> None:
     catalog = MemoryCatalog(tmp_path)
     catalog.add("one", tags=["ab"])
     catalog.add("two", tags=["cd"])
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
     with sqlite3.connect(index_path(tmp_path)) as conn:
         conn.execute("DELETE FROM entry_tag WHERE id = (SELECT max(id) FROM doc)")
     report = catalog.check_index()
-    assert not report["equal"]
-    assert "tag" in report["summary"] or "differ" in report["summary"]
-    assert catalog.check_index()["equal"]  # the failed check dropped the state: rebuilt
+    assert not report.equal
+    assert "tag" in report.summary or "differ" in report.summary
+    assert catalog.check_index().equal  # the failed check dropped the state: rebuilt
 
 
 # ---------------------------------------------------------------- 2: edit + append in one save
@@ -161,7 +161,7 @@ def test_same_length_edit_plus_append_on_a_big_file_is_not_taken_for_an_append(t
     _edit_and_append(catalog.path, at, b"alpha", b"omega", _lines(1, "appended").replace(b"m000000", b"n000000"))
     assert catalog.search("omega", limit=10) == scan_of(tmp_path).search("omega", limit=10) != []
     assert len(catalog.search("alpha", limit=5000)) == 3999
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -197,7 +197,7 @@ def test_append_is_accepted_only_when_the_old_bytes_are_unchanged(
         scan = scan_of(root)
         for query in ("alpha", "omega", "new0", "entry"):
             assert catalog.search(query, limit=100) == scan.search(query, limit=100), query
-        assert catalog.check_index()["equal"]
+        assert catalog.check_index().equal
 
 
 def test_an_unchanged_file_is_not_reread_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,7 +236,7 @@ def test_tag_counts_stay_exact_through_add_delete_cycles(tmp_path: Path) -> None
     vocab, pairs = tag_table(tmp_path)
     assert vocab == live_tags(tmp_path) == {"keep": 1, "shared": 1}
     assert pairs == 2
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
 
 
 def test_tags_with_newlines_and_unterminated_tails_keep_counts_exact(tmp_path: Path) -> None:
@@ -255,7 +255,7 @@ def test_tags_with_newlines_and_unterminated_tails_keep_counts_exact(tmp_path: P
     vocab, pairs = tag_table(tmp_path)
     assert vocab == live_tags(tmp_path) == {"x": 1, "q": 1}
     assert pairs == sum(vocab.values())
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
     assert [e.memory_id for e in catalog.search("x", tags=["x\ny"])] == [catalog.list(limit=5)[-1].memory_id]
 
 
@@ -277,7 +277,7 @@ def test_full_rebuild_leaves_a_compact_file(tmp_path: Path) -> None:
     assert after < before / 2
     vocab, _pairs = tag_table(tmp_path)
     assert vocab == live_tags(tmp_path)
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
 
 
 # ---------------------------------------------------------------- 12: limits beyond SQLite's integers

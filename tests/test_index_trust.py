@@ -230,8 +230,8 @@ def test_reindex_full_swaps_in_a_new_file_and_other_handles_follow(project: Path
     old = reader.generation
     before = os.stat(index_path(project)).st_ino
     report = reindex_workspace(MemoryCatalog(project), full=True)
-    assert report["catalog"]["action"] == "rebuilt"
-    assert report["failure_cards"]["action"] == "rebuilt"
+    assert report.catalog.action == "rebuilt"
+    assert report.failure_cards.action == "rebuilt"
     assert os.stat(index_path(project)).st_ino != before, "a new file, not a rebuild in place"
     scan = MemoryCatalog(project, use_index=False, readonly=True)
     assert reader.search(["alpha"], 50) == scan.search("alpha", limit=50)

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from memstore.errors import ArgumentTypeError, EmptyContentError, InvalidArgumentError, MemstoreError
 from memstore.models import (
     MemoryEntry,
-    check_limit,
     memory_entries_to_prompt,
     memory_entry_from_payload,
     memory_matches,
@@ -359,13 +358,3 @@ def test_memory_entries_to_prompt() -> None:
         "run_id": None,
     }
     json.dumps(result)  # prompt payloads are JSON-serialisable
-
-
-def test_check_limit() -> None:
-    assert check_limit(0) == 0
-    assert check_limit(5) == 5
-    with pytest.raises(ValueError, match="limit"):
-        check_limit(-1)
-    for bad in (True, 1.0, "3", None):
-        with pytest.raises(TypeError, match="limit"):
-            check_limit(bad)

@@ -182,7 +182,7 @@ def queried(tmp_path: Path) -> tuple[MemoryCatalog, MemoryCatalog]:
 def test_fts_syntax_in_queries_is_matched_literally(queried: tuple[MemoryCatalog, MemoryCatalog], query: str) -> None:
     catalog, scan = queried
     assert catalog.search(query, limit=50) == scan.search(query, limit=50)
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
     assert not list(catalog.directory.joinpath("index").glob("*.damaged-*"))
 
 
@@ -228,7 +228,7 @@ def test_ten_mebibytes_of_content_round_trip(tmp_path: Path) -> None:
     assert catalog.show(entry.memory_id).content == content
     assert catalog.search("needle") == [entry]
     assert MemoryCatalog(tmp_path, use_index=False).search("needle") == [entry]
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
 
 
 def test_content_too_large_for_readers_is_refused_not_lost(tmp_path: Path) -> None:
@@ -319,7 +319,7 @@ def test_a_line_that_does_not_parse_is_skipped_and_counted(tmp_path: Path, name:
     health = catalog.health_report()
     assert (health["corrupt_entries"], health["total_entries"], health["healthy"]) == (1, 2, False)
     if use_index:
-        assert catalog.check_index()["equal"]
+        assert catalog.check_index().equal
     entry = catalog.add("third needle")  # writing still works, and keeps the bad line as it was
     assert UNPARSEABLE[name] in path.read_bytes().split(b"\n")
     assert catalog.search("needle")[0] == entry  # the newest of equal scores
@@ -355,7 +355,7 @@ def test_lines_json_accepts_are_read_by_the_index_as_by_the_scan(tmp_path: Path,
         assert indexed.search(query) == scan.search(query), query
     for entry in scan.list(limit=10):
         assert indexed.show(entry.memory_id) == scan.show(entry.memory_id)
-    assert indexed.check_index()["equal"]
+    assert indexed.check_index().equal
 
 
 # ----------------------------------------------------------------------------- personal tier

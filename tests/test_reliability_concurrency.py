@@ -112,4 +112,4 @@ def test_readers_during_writes_see_only_whole_acknowledged_entries(tmp_path: Pat
         found = {e.memory_id for e in final.search(f"w{w} alpha", limit=10**6) if e.branch_name == f"keep-{w}"}
         assert keep <= found
     assert final.search("alpha", limit=50) == scan.search("alpha", limit=50)
-    assert final.check_index()["equal"]
+    assert final.check_index().equal

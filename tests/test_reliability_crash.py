@@ -185,8 +185,8 @@ def test_sigkilled_writers_lose_no_acknowledged_entry(tmp_path: Path) -> None:
     fresh = MemoryCatalog(root)
     for mid in rng.sample(sorted(by_id), min(50, len(by_id))):
         assert fresh.show(mid).content == by_id[mid]["content"]
-    assert fresh.check_index()["equal"]
-    assert catalog.check_index()["equal"]
+    assert fresh.check_index().equal
+    assert catalog.check_index().equal
     scan = MemoryCatalog(root, use_index=False, readonly=True)
     for query in ["alpha", "w1 alpha", "n1"]:
         assert fresh.search(query, limit=20) == scan.search(query, limit=20)
@@ -237,7 +237,7 @@ def _assert_next_operations_work(root: Path) -> None:
     scan = MemoryCatalog(root, use_index=False, readonly=True)
     assert catalog.list(limit=1000) == scan.list(limit=1000)
     assert catalog.search("alpha", limit=100) == scan.search("alpha", limit=100)
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
     _payloads, bad, torn = _line_report(catalog.path)
     assert (bad, torn) == (0, False)
 

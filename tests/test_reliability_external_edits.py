@@ -200,7 +200,7 @@ def test_random_external_edits_then_the_next_query_is_exact(tmp_path: Path, seed
         _next_tick(walk.path, before)
         done[name] = done.get(name, 0) + 1
         walk.check()
-    assert MemoryCatalog(tmp_path).check_index()["equal"]
+    assert MemoryCatalog(tmp_path).check_index().equal
     workers.figure("external-edits", seed=seed, edits=edits, **done)
 
 
@@ -254,4 +254,4 @@ def test_check_index_notices_stale_search_text(tmp_path: Path) -> None:
     os.utime(catalog.path, ns=(st.st_atime_ns, st.st_mtime_ns))
     scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
     stale = catalog.search("9999") != scan.search("9999")
-    assert not (stale and catalog.check_index()["equal"])
+    assert not (stale and catalog.check_index().equal)

@@ -323,7 +323,7 @@ def test_every_failing_call_leaves_files_whole_and_nothing_leaked(
         if operation.catalog:
             catalog = MemoryCatalog(root)
             catalog.add("after the fault alpha")
-            assert catalog.check_index()["equal"], label
+            assert catalog.check_index().equal, label
             scan = MemoryCatalog(root, use_index=False, readonly=True)
             assert catalog.search("alpha", limit=100) == scan.search("alpha", limit=100), label
     workers.figure("faults", operation=operation.name, injected=sum(outcomes.values()), **outcomes)

@@ -118,7 +118,7 @@ def test_damaged_index_is_set_aside_and_rebuilt(tmp_path: Path, name: str) -> No
     _matches_scan(tmp_path, catalog)
     catalog.add("written after the damage alpha")
     _matches_scan(tmp_path, catalog)
-    assert MemoryCatalog(tmp_path).check_index()["equal"]
+    assert MemoryCatalog(tmp_path).check_index().equal
     assert catalog.health_report()["index"].get("state") not in ("unavailable", "disabled")
     kept = list(_db(tmp_path).parent.glob("memstore.sqlite3.damaged-*"))
     assert kept, "the damaged index was not kept for inspection"
@@ -169,7 +169,7 @@ def test_deleted_wal_loses_only_derived_state(tmp_path: Path) -> None:
     catalog = MemoryCatalog(tmp_path)
     _matches_scan(tmp_path, catalog)
     assert len(catalog.search("alpha", limit=1000)) == 110
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
 
 
 def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -235,4 +235,4 @@ def test_flipped_byte_in_the_schema_text_is_treated_as_corruption(tmp_path: Path
     catalog = MemoryCatalog(tmp_path)
     _matches_scan(tmp_path, catalog)
     assert list(db.parent.glob("memstore.sqlite3.damaged-*"))
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal

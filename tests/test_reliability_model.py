@@ -163,7 +163,7 @@ class ReliabilityMachine(RuleBasedStateMachine):
         scan = MemoryCatalog(self.root, use_index=False, readonly=True)
         assert scan.list(limit=10_000) == self.active[::-1]
         assert self.catalog.list_quarantined(limit=10_000) == self.quarantined[::-1]
-        assert self.catalog.check_index()["equal"]
+        assert self.catalog.check_index().equal
         if self.catalog_path().exists():
             for line in self.catalog_path().read_bytes().split(b"\n")[:-1]:
                 if line.strip() and line not in self.external_junk:

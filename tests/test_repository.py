@@ -170,7 +170,7 @@ def _check_merged(repo: Path, ids: set[str], branches: list[str]) -> None:
     assert sorted(found) == sorted(ids)  # every entry, each once
     health = catalog.health_report()
     assert health["healthy"] and health["corrupt_entries"] == 0
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
     cards = {c.id for c in FailureCardStorage(repo).list_all()}
     assert cards == {"card-base", *(f"card-{b}" for b in branches)}
     pins = [pin.file_path for pin in PinnedFileStorage(repo).list_all()]
@@ -227,7 +227,7 @@ def test_conflicted_merge_without_attributes_is_repaired_by_doctor(repo: Path) -
     assert any(path.read_bytes() == conflicted for path in backups)
     catalog = MemoryCatalog(repo)
     assert sorted(e.memory_id for e in catalog.list(limit=100)) == sorted(ids)
-    assert catalog.health_report()["healthy"] and catalog.check_index()["equal"]
+    assert catalog.health_report()["healthy"] and catalog.check_index().equal
     assert {c.id for c in FailureCardStorage(repo).list_all()} == {"card-base", "card-left", "card-right"}
     assert ok(memstore(repo, "doctor")).strip() == "healthy"
 
@@ -254,7 +254,7 @@ def test_an_entry_a_merge_brings_back_from_quarantine_is_found_and_removed_by_do
     catalog = MemoryCatalog(repo)
     assert sorted(e.content for e in catalog.list(limit=100)) == ["kept note", "new note on main"]
     assert [e.memory_id for e in catalog.list_quarantined()] == [bad.memory_id]
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
 
 
 # ----------------------------------------------------------------------------- discovery
@@ -566,7 +566,7 @@ def test_doctor_names_each_problem_with_file_and_line_and_fix_keeps_every_entry(
     assert [c.id for c in FailureCardStorage(tmp_path).list_all()] == ["c1"]  # the complete element kept
     assert [p.read_bytes() for p in failures.parent.glob("failures.json.backup-*")] == [damaged]
     assert MemoryCatalog(tmp_path).show(first.memory_id) == first
-    assert MemoryCatalog(tmp_path).check_index()["equal"]
+    assert MemoryCatalog(tmp_path).check_index().equal
 
 
 def test_maintain_apply_does_what_maintain_reports(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ the index file it opened: when a new file replaces it, the next call reconnects.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -23,18 +24,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
 from memstore.index.db import DatabaseFault, IndexBusyError, IndexFile, Populate, is_busy, is_corruption
+from memstore.index.report import Progress, RefreshReport, SourceStatus
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.index.trust import Generation
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Progress = Callable[[int, int], None]
 ATTEMPTS = 4
 BIG_CHANGE_ROWS = 20_000
 
@@ -194,7 +195,7 @@ class IndexedSource:
 
     # ------------------------------------------------------------------ writes
 
-    def _catch_up(self, conn: sqlite3.Connection, fd: int, *, force: bool = False) -> dict[str, Any]:
+    def _catch_up(self, conn: sqlite3.Connection, fd: int, *, force: bool = False) -> RefreshReport:
         started = time.perf_counter()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -203,7 +204,7 @@ class IndexedSource:
             change, prefix = (Change.REPLACED, None) if (state is None or force) else state.classify(fd, st)
             if change is Change.NONE:
                 conn.execute("COMMIT")
-                return {"action": "none", "rows": state.rows if state else 0}
+                return RefreshReport(str(self.source_path), "none", state.rows if state else 0, seconds=0.0)
             rows = self._apply_change(conn, fd, st, change, state, prefix)
             conn.execute("COMMIT")
         except BaseException:
@@ -216,11 +217,9 @@ class IndexedSource:
             # A rebuild in place leaves a WAL as large as the index: fold it back now.
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return {
-            "action": "rebuilt" if change is Change.REPLACED else "appended",
-            "rows": rows,
-            "catch_up_seconds": round(time.perf_counter() - started, 6),
-        }
+        seconds = round(time.perf_counter() - started, 6)
+        action = "rebuilt" if change is Change.REPLACED else "appended"
+        return RefreshReport(str(self.source_path), action, rows, seconds=seconds, catch_up_seconds=seconds)
 
     def _write(self, change: Callable[[sqlite3.Connection, int], bool]) -> bool:
         """Run a write-through ``change`` in one immediate transaction; False leaves a lazy rebuild."""
@@ -242,14 +241,14 @@ class IndexedSource:
                 self._on_sqlite_error(exc)
                 return False
 
-    def refresh(self, *, full: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    def refresh(self, *, full: bool = False, progress: Progress | None = None) -> RefreshReport:
         """Catch up now (or rebuild with ``full``); returns what was done."""
         with self._mutex, self._open_source() as fd:
             started = time.perf_counter()
             self._progress = progress
             try:
                 if fd is None:
-                    return {"source": str(self.source_path), "action": "missing", "rows": 0, "seconds": 0.0}
+                    return RefreshReport(str(self.source_path), "missing", 0, seconds=0.0)
                 creating = self.file.generation() is None
                 if full:
                     # A new file, built aside and swapped in: a file is never rebuilt in place.
@@ -260,8 +259,8 @@ class IndexedSource:
                         conn = self._connection()
                         # A brand-new index file was just built from the file: do not build it twice.
                         report = self._catch_up(conn, fd)
-                        if (creating or full) and report["action"] == "none":
-                            report["action"] = "rebuilt" if full else "built"
+                        if (creating or full) and report.action == "none":
+                            report = dataclasses.replace(report, action="rebuilt" if full else "built")
                         break
                     except DatabaseFault as exc:
                         self._on_sqlite_error(exc)
@@ -269,23 +268,20 @@ class IndexedSource:
                     raise IndexUnavailableError(f"cannot refresh the index at {self.file.path}")
             finally:
                 self._progress = None
-            report["source"] = str(self.source_path)
-            report["seconds"] = round(time.perf_counter() - started, 6)
-            return report
+            return dataclasses.replace(report, seconds=round(time.perf_counter() - started, 6))
 
-    def source_status(self) -> dict[str, Any]:
+    def source_status(self) -> SourceStatus:
         """Entries, bytes indexed and bytes behind for ``memstore status``."""
         with self._mutex, self._open_source() as fd:
             size = os.fstat(fd).st_size if fd is not None else 0
-            info: dict[str, Any] = {
-                "source": str(self.source_path),
-                "source_bytes": size,
-                "index_path": str(self.file.path),
-                "index_bytes": self.file.size_bytes(),
-            }
+            index_bytes = self.file.size_bytes()
+
+            def status(state: str, entries: int, indexed: int, behind: int, corrupt: int | None = None) -> SourceStatus:
+                source, index_path = str(self.source_path), str(self.file.path)
+                return SourceStatus(source, size, index_path, index_bytes, state, entries, indexed, behind, corrupt)
+
             if fd is None:
-                info.update(state="missing", entries=0, bytes_indexed=0, bytes_behind=0)
-                return info
+                return status("missing", 0, 0, 0)
             state: SourceState | None = None
             if self.file.generation() is not None:
                 try:
@@ -293,20 +289,8 @@ class IndexedSource:
                 except DatabaseFault as exc:
                     self._on_sqlite_error(exc)
             if state is None:
-                info.update(
-                    state="missing" if fd is None else "not indexed",
-                    entries=0,
-                    bytes_indexed=0,
-                    bytes_behind=size,
-                )
-                return info
+                return status("not indexed", 0, 0, size)
             indexed = state.tail_end if state.tail_end is not None else state.indexed_to
             fresh = state.is_current(fd, os.fstat(fd))
-            info.update(
-                state="fresh" if fresh else "behind",
-                entries=state.rows,
-                corrupt_lines=state.corrupt,
-                bytes_indexed=indexed,
-                bytes_behind=0 if fresh else max(0, size - indexed),
-            )
-            return info
+            behind = 0 if fresh else max(0, size - indexed)
+            return status("fresh" if fresh else "behind", state.rows, indexed, behind, corrupt=state.corrupt)

@@ -15,15 +15,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memstore.cards import (
+from memstore.card_match import (
     ERROR_TYPE_POINTS,
     KEYWORD_POINTS,
     MIN_SHARED_KEYWORDS,
     PATH_POINTS,
-    FailureCard,
     card_match_score,
     task_keywords,
 )
+from memstore.cards import FailureCard
 from memstore.files import MAX_JSON_FILE_BYTES, read_fd
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import IndexFile, Populate

@@ -24,6 +24,7 @@ from memstore.files import iter_raw_lines, open_for_read
 from memstore.index import vocabulary
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
+from memstore.index.report import CheckResult
 from memstore.index.restrict import restriction_for
 from memstore.index.search import Hit, Planner, PlannerFactory
 from memstore.index.source import Change, PrefixDigest, SourceState
@@ -565,7 +566,7 @@ class CatalogIndex(IndexedSource):
         SourceState.forget(conn, SOURCE_NAME)
         return True
 
-    def check(self, scanned: ScanResult) -> dict[str, Any]:
+    def check(self, scanned: ScanResult) -> CheckResult:
         """Compare the index (caught up first) with a fresh scan, row by row, indexed text included.
 
         On any difference the source's recorded state is dropped, so the next query
@@ -575,7 +576,7 @@ class CatalogIndex(IndexedSource):
         with self._mutex, self._open_source() as fd:
             if fd is None:
                 equal = not scanned.entries
-                return {"equal": equal, "summary": "no catalog file" if equal else "file vanished during check"}
+                return CheckResult(equal, "no catalog file" if equal else "file vanished during check")
             try:
                 conn = self._connection()
                 differing = indexed = 0
@@ -618,12 +619,7 @@ class CatalogIndex(IndexedSource):
                     fts_ok = False
                 vocab_wrong = vocabulary.differences(conn) if fts_ok else 0
             except DatabaseFault as exc:
-                return {
-                    "equal": False,
-                    "summary": f"index unreadable: {exc}",
-                    "indexed": 0,
-                    "scanned": len(scanned.entries),
-                }
+                return CheckResult(False, f"index unreadable: {exc}", indexed=0, scanned=len(scanned.entries))
             missing = max(0, len(scanned.entries) - indexed)
             equal = not (differing or missing or orphans or orphan_tags or vocab_wrong) and integrity == "ok" and fts_ok
             if not equal:
@@ -636,4 +632,4 @@ class CatalogIndex(IndexedSource):
             f" {indexed} indexed vs {len(scanned.entries)} scanned, sqlite check {integrity!r},"
             f" fts check {'ok' if fts_ok else 'failed'}; the next reindex rebuilds it"
         )
-        return {"equal": equal, "summary": summary, "indexed": indexed, "scanned": len(scanned.entries)}
+        return CheckResult(equal, summary, indexed=indexed, scanned=len(scanned.entries))

@@ -52,10 +52,6 @@ class IndexBusyError(IndexUnavailableError):
     """Another process holds the index for longer than the busy timeout (e.g. a big rebuild)."""
 
 
-class IndexCorruptError(IndexUnavailableError):
-    """The index file is damaged; it will be set aside and rebuilt."""
-
-
 def is_busy(exc: Exception) -> bool:
     message = str(exc).lower()
     return "locked" in message or "busy" in message
