@@ -30,6 +30,7 @@ from memstore.failure_cards import FailureCardStorage
 from memstore.index import search, source, sqlite_search
 from memstore.index.catalog_index import row_values
 from memstore.index.db import INDEX_DIRNAME, INDEX_FILENAME
+from memstore.index.terms import TAGS, text_terms
 
 
 def index_path(root: Path) -> Path:
@@ -41,22 +42,21 @@ def scan_of(root: Path) -> MemoryCatalog:
 
 
 def tag_table(root: Path) -> tuple[dict[str, int], int]:
-    """tag -> n from tagvocab, and the number of entry_tag rows."""
+    """Tag term -> rows holding it, from the word index's vocabulary, and the sum of those counts."""
     with sqlite3.connect(index_path(root)) as conn:
-        vocab = dict(conn.execute("SELECT tag, n FROM tagvocab"))
-        pairs = conn.execute("SELECT count(*) FROM entry_tag").fetchone()[0]
-    return vocab, pairs
+        vocab = dict(conn.execute("SELECT text, n FROM term WHERE kind = ? AND n != 0", (TAGS,)))
+    return vocab, sum(vocab.values())
 
 
 def live_tags(root: Path) -> dict[str, int]:
-    """Tag -> entries carrying it, over the entries SQL holds (odd rows, such as entries with a
-    newline inside a tag, are scored and filtered in Python and have no tag-table rows)."""
+    """Tag term -> entries carrying it, over the entries SQL holds (odd rows, such as entries with a
+    newline inside a tag, are scored and filtered in Python and are in no term's count)."""
     counts: dict[str, int] = {}
     for entry in scan_of(root).list(limit=10**9):
         if row_values(entry)[-1]:
             continue
-        for tag in entry.tags:
-            counts[tag] = counts.get(tag, 0) + 1
+        for term in text_terms("\n".join(entry.tags)):
+            counts[term] = counts.get(term, 0) + 1
     return counts
 
 
@@ -108,13 +108,13 @@ def test_long_lived_handle_files_new_tags_under_current_ids(tmp_path: Path, rebu
     assert report.equal, report.summary
 
 
-def test_check_index_compares_the_tag_tables(tmp_path: Path) -> None:
+def test_check_index_compares_the_tag_terms(tmp_path: Path) -> None:
     catalog = MemoryCatalog(tmp_path)
     catalog.add("one", tags=["ab"])
     catalog.add("two", tags=["cd"])
     assert catalog.check_index().equal
     with sqlite3.connect(index_path(tmp_path)) as conn:
-        conn.execute("DELETE FROM entry_tag WHERE id = (SELECT max(id) FROM doc)")
+        conn.execute("UPDATE term SET n = n + 1 WHERE kind = ? AND text = 'cd'", (TAGS,))
     report = catalog.check_index()
     assert not report.equal
     assert "tag" in report.summary or "differ" in report.summary

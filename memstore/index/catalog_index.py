@@ -14,25 +14,25 @@ import json
 import os
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memstore.entry_filter import NO_FILTER, EntryFilter
-from memstore.files import iter_raw_lines, open_for_read
+from memstore.files import open_for_read
 from memstore.index import vocabulary
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
+from memstore.index.lines import Row, parsed_ranges, row_values
 from memstore.index.report import CheckResult
 from memstore.index.restrict import restriction_for
 from memstore.index.search import Hit, Planner, PlannerFactory
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.index.sqlite_search import search_rows
-from memstore.index.sqltext import encodable, sql_safe
-from memstore.index.terms import has_long_run, marks_text
-from memstore.jsonl import decode_entry, is_blank
-from memstore.models import MemoryEntry, memory_matches, memory_relevance_score, tag_bonus
+from memstore.index.sqltext import encodable
+from memstore.jsonl import decode_entry
+from memstore.models import MemoryEntry, memory_matches, memory_relevance_score
 from memstore.scan import ScanResult
 
 SOURCE_NAME = "memory"
@@ -65,117 +65,12 @@ class _Ingest:
     blank: int
     tail_end: int | None = None
     bulk: bool = False
-    """A whole-source build: the FTS table is rebuilt from ``doc`` in one pass at the end."""
+    """A whole-source build: the word index is built from ``doc`` in one pass at the end."""
     docs: list[tuple[Any, ...]] = field(default_factory=list)
     pos: list[tuple[int, int, int]] = field(default_factory=list)
     fts: list[tuple[int, str, str, str, str]] = field(default_factory=list)
-    tags: list[tuple[int, str]] = field(default_factory=list)
     terms: Counter[tuple[int, str]] = field(default_factory=Counter)
     """(kind, term) -> rows of this batch holding it (bulk builds read the vocabulary from FTS5 instead)."""
-    tag_ids: dict[str, int] = field(default_factory=dict)
-    """tag -> tid as read or assigned in this catch-up's transaction, and never beyond it."""
-
-
-RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, str, str, int]
-
-
-def row_values(entry: MemoryEntry) -> RowValues:
-    """The ``doc`` columns (mid, c, t, created_at, bonus, br, run, mc, mt, odd) an entry is indexed as.
-
-    ``c`` is Python's ``content.lower()`` and ``t`` the tags joined by newlines (a
-    token never holds whitespace, so it cannot span two tags).  Entries SQLite cannot
-    hold exactly (lone surrogates, NUL), entries with a newline inside a tag (``t``
-    would not say where one tag ends, which the tag filter needs) and entries with a run
-    of term characters too long for one FTS5 term become *odd* rows, scored and filtered
-    in Python.
-    """
-    content = entry.content.lower()
-    tags = "\n".join(entry.tags)
-    if (
-        sql_safe(content)
-        and sql_safe(tags)
-        and not any("\n" in tag for tag in entry.tags)
-        and encodable(entry.memory_id)
-        and encodable(entry.created_at)
-        and sql_safe(entry.branch_name)
-        and sql_safe(entry.run_id)
-        and not has_long_run((content, tags))
-    ):
-        return (
-            entry.memory_id,
-            content,
-            tags,
-            entry.created_at,
-            tag_bonus(entry.tags),
-            entry.branch_name,
-            entry.run_id,
-            marks_text(content),
-            marks_text(tags),
-            0,
-        )
-    return (None, "", "", None, 0, None, None, "", "", 1)
-
-
-MAX_TAG_PIECES = 32
-"""Rows whose tag text splits into more pieces than this have their tags found by a scan."""
-
-
-def _tag_candidates(tag_text: str) -> set[str]:
-    """Every string that can be one of the tags joined (by newlines) into ``tag_text``.
-
-    A tag may itself hold a newline, so each run of consecutive pieces is a candidate.
-    """
-    pieces = tag_text.split("\n")
-    return {"\n".join(pieces[i:j]) for i in range(len(pieces)) for j in range(i + 1, len(pieces) + 1)}
-
-
-def _delete_tags(conn: sqlite3.Connection, rows: Iterable[tuple[int, str]]) -> None:
-    """Drop the entry_tag rows of these (id, tag text) rows; decrement counts, drop unused tags.
-
-    entry_tag is keyed (tid, id), so each row's tags are found from its own tag text
-    and deleted by key; only a pathological row (hundreds of tags) costs a scan.
-    """
-    wanted: list[tuple[int, set[str]]] = []
-    scan_ids: list[int] = []
-    for row_id, tag_text in rows:
-        if not tag_text:
-            continue
-        if tag_text.count("\n") >= MAX_TAG_PIECES:
-            scan_ids.append(row_id)
-        else:
-            wanted.append((row_id, _tag_candidates(tag_text)))
-    removed: Counter[int] = Counter()
-    if wanted:
-        names = sorted(set().union(*(candidates for _row, candidates in wanted)))
-        tids = dict(
-            conn.execute(
-                "SELECT tag, tid FROM tagvocab WHERE tag IN (SELECT value FROM json_each(?))", (json.dumps(names),)
-            )
-        )
-        for row_id, candidates in wanted:
-            for name in candidates:
-                tid = tids.get(name)
-                if (
-                    tid is not None
-                    and conn.execute("DELETE FROM entry_tag WHERE tid = ? AND id = ?", (tid, row_id)).rowcount
-                ):
-                    removed[tid] += 1
-    for row_id in scan_ids:
-        removed.update(tid for (tid,) in conn.execute("DELETE FROM entry_tag WHERE id = ? RETURNING tid", (row_id,)))
-    if removed:
-        conn.executemany("UPDATE tagvocab SET n = n - ? WHERE tid = ?", [(n, tid) for tid, n in removed.items()])
-        conn.execute(
-            "DELETE FROM tagvocab WHERE n <= 0 AND tid IN (SELECT value FROM json_each(?))",
-            (json.dumps(sorted(removed)),),
-        )
-
-
-def _indexed_tags(conn: sqlite3.Connection) -> dict[int, frozenset[str]]:
-    """Row id -> the tags the tag tables file it under (for ``check``)."""
-    found: dict[int, set[str]] = {}
-    for row_id, tag in conn.execute("SELECT e.id, v.tag FROM entry_tag e JOIN tagvocab v ON v.tid = e.tid"):
-        found.setdefault(row_id, set()).add(tag)
-    return {row_id: frozenset(names) for row_id, names in found.items()}
 
 
 class CatalogIndex(IndexedSource):
@@ -250,29 +145,23 @@ class CatalogIndex(IndexedSource):
                 blank=state.blank,
             )
         total = st.st_size
-        for raw in iter_raw_lines(fd, start=ingest.indexed_to, stop=total):
-            if not raw.terminated:
-                entry = None if is_blank(raw.data) else decode_entry(raw.data)
-                if entry is not None:
-                    self._add_row(ingest, entry, raw.start, raw.end - raw.start)
-                    ingest.tail_end = raw.end
-                break
-            ingest.indexed_to = raw.end
-            if is_blank(raw.data):
-                ingest.blank += 1
-                continue
-            entry = decode_entry(raw.data)
-            if entry is None:
-                ingest.corrupt += 1
-                continue
-            self._add_row(ingest, entry, raw.start, raw.end - raw.start - 1)
-            if len(ingest.docs) >= BATCH_ROWS:
-                self._flush(conn, ingest)
-                if self._progress is not None:
-                    self._progress(raw.end, total)
+        for parsed in parsed_ranges(self.source_path, fd, ingest.indexed_to, total):
+            for row in parsed.rows:
+                self._add_row(ingest, row)
+                if len(ingest.docs) >= BATCH_ROWS:
+                    self._flush(conn, ingest)
+            ingest.indexed_to = parsed.end
+            ingest.blank += parsed.blank
+            ingest.corrupt += parsed.corrupt
+            if parsed.tail is not None:
+                self._add_row(ingest, parsed.tail)
+                ingest.tail_end = parsed.tail_end
+            if self._progress is not None:
+                self._progress(parsed.end, total)
         self._flush(conn, ingest)
         if ingest.bulk:
-            # The word index and its vocabulary are built in C, in one pass over the rows.
+            # The word index and its vocabulary are built in C, in one pass over the rows
+            # (nearly twice as fast as filing each batch as it comes).
             conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('rebuild')")
             vocabulary.load_from_fts(conn)
         if self._progress is not None:
@@ -290,19 +179,19 @@ class CatalogIndex(IndexedSource):
         ).save(conn)
         return ingest
 
-    def _add_row(self, ingest: _Ingest, entry: MemoryEntry, off: int, length: int) -> None:
+    def _add_row(self, ingest: _Ingest, row: Row) -> None:
+        """File one parsed line (offset, length, doc columns) under the next row id."""
         row_id = ingest.next_id
         ingest.next_id += 1
         ingest.rows += 1
-        values = row_values(entry)
+        off, length, *values = row
         ingest.docs.append((row_id, *values))
         ingest.pos.append((row_id, off, length))
-        # Odd rows are kept out of SQL matching, but present (empty) in the FTS table so
-        # that its integrity check against the content table holds.
-        ingest.fts.append((row_id, values[1], values[2], values[7], values[8]))
-        if not values[-1]:
-            ingest.tags.extend((row_id, tag) for tag in entry.tags)
-            if not ingest.bulk:
+        if not ingest.bulk:
+            # Odd rows are kept out of SQL matching, but present (empty) in the FTS table so
+            # that its integrity check against the content table holds.
+            ingest.fts.append((row_id, values[1], values[2], values[7], values[8]))
+            if not values[-1]:
                 vocabulary.row_terms(ingest.terms, values[1], values[2], values[7], values[8])
 
     def _flush(self, conn: sqlite3.Connection, ingest: _Ingest) -> None:
@@ -313,42 +202,18 @@ class CatalogIndex(IndexedSource):
                 ingest.docs,
             )
             conn.executemany("INSERT INTO pos(id, off, len) VALUES (?,?,?)", ingest.pos)
-        if ingest.fts and not ingest.bulk:
+        if ingest.fts:
             conn.executemany("INSERT INTO doc_fts(rowid, c, t, mc, mt) VALUES (?,?,?,?,?)", ingest.fts)
             vocabulary.add(conn, ingest.terms)
-        if ingest.tags:
-            tag_ids = ingest.tag_ids
-            counts = Counter(tag for _row, tag in ingest.tags)
-            for tag in counts:
-                if tag not in tag_ids:
-                    found = conn.execute("SELECT tid FROM tagvocab WHERE tag = ?", (tag,)).fetchone()
-                    if found is None:
-                        cursor = conn.execute("INSERT INTO tagvocab(tag, n) VALUES (?, 0)", (tag,))
-                        tag_ids[tag] = int(cursor.lastrowid or 0)
-                    else:
-                        tag_ids[tag] = int(found[0])
-            # Tags are deduplicated per entry (normalize_tags), so n counts entry_tag rows exactly.
-            conn.executemany(
-                "UPDATE tagvocab SET n = n + ? WHERE tid = ?", [(n, tag_ids[tag]) for tag, n in counts.items()]
-            )
-            # OR IGNORE: an index written before deletes dropped tag rows may still hold a
-            # reused id's old pairs; a superset is safe for the planner, a failed catch-up is not.
-            conn.executemany(
-                "INSERT OR IGNORE INTO entry_tag(tid, id) VALUES (?, ?)",
-                [(tag_ids[tag], row_id) for row_id, tag in ingest.tags],
-            )
         ingest.docs.clear()
         ingest.pos.clear()
         ingest.fts.clear()
-        ingest.tags.clear()
         ingest.terms.clear()
 
     def _clear(self, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM doc")
         conn.execute("DELETE FROM pos")
         conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('delete-all')")
-        conn.execute("DELETE FROM entry_tag")
-        conn.execute("DELETE FROM tagvocab")
         vocabulary.clear(conn)
 
     @staticmethod
@@ -358,7 +223,6 @@ class CatalogIndex(IndexedSource):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
             held = conn.execute(f"SELECT id, c, t, mc, mt FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
-            _delete_tags(conn, [(row_id, tags) for row_id, _content, tags, _mc, _mt in held])
             terms: vocabulary.TermCounts = Counter()
             for _row_id, content, tags, content_marks, tag_marks in held:
                 vocabulary.row_terms(terms, content, tags, content_marks, tag_marks)
@@ -580,10 +444,9 @@ class CatalogIndex(IndexedSource):
             try:
                 conn = self._connection()
                 differing = indexed = 0
-                tags = _indexed_tags(conn)
                 expected = iter(scanned.entries)
-                for row_id, *row in conn.execute(
-                    "SELECT doc.id, pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.br, doc.run,"
+                for row in conn.execute(
+                    "SELECT pos.off, doc.mid, doc.c, doc.t, doc.created_at, doc.bonus, doc.br, doc.run,"
                     " doc.mc, doc.mt, doc.odd"
                     " FROM doc JOIN pos ON pos.id = doc.id ORDER BY doc.id"
                 ):
@@ -592,21 +455,8 @@ class CatalogIndex(IndexedSource):
                     if item is None:
                         differing += 1
                         continue
-                    values = row_values(item.entry)
-                    wanted_tags = frozenset() if values[-1] else frozenset(item.entry.tags)
-                    if tuple(row) != (item.order, *values) or tags.pop(row_id, frozenset()) != wanted_tags:
+                    if tuple(row) != (item.order, *row_values(item.entry)):
                         differing += 1
-                # Tag pairs of rows that do not exist, and counts that are not the pairs' count.
-                orphan_tags = (
-                    len(tags)
-                    + conn.execute(
-                        "SELECT count(*) FROM tagvocab v"
-                        " WHERE n <= 0 OR n != (SELECT count(*) FROM entry_tag e WHERE e.tid = v.tid)"
-                    ).fetchone()[0]
-                    + conn.execute(
-                        "SELECT count(*) FROM entry_tag WHERE tid NOT IN (SELECT tid FROM tagvocab)"
-                    ).fetchone()[0]
-                )
                 orphans = conn.execute(
                     "SELECT (SELECT count(*) FROM pos) + (SELECT count(*) FROM doc)"
                     " - 2 * (SELECT count(*) FROM doc JOIN pos ON pos.id = doc.id)"
@@ -621,14 +471,14 @@ class CatalogIndex(IndexedSource):
             except DatabaseFault as exc:
                 return CheckResult(False, f"index unreadable: {exc}", indexed=0, scanned=len(scanned.entries))
             missing = max(0, len(scanned.entries) - indexed)
-            equal = not (differing or missing or orphans or orphan_tags or vocab_wrong) and integrity == "ok" and fts_ok
+            equal = not (differing or missing or orphans or vocab_wrong) and integrity == "ok" and fts_ok
             if not equal:
                 self._write(self._forget_state)
         summary = (
             "index equals a fresh scan"
             if equal
             else f"index differs: {differing} rows differ, {missing} missing, {orphans} orphaned,"
-            f" {orphan_tags} tag rows wrong, {vocab_wrong} vocabulary terms wrong,"
+            f" {vocab_wrong} vocabulary terms wrong,"
             f" {indexed} indexed vs {len(scanned.entries)} scanned, sqlite check {integrity!r},"
             f" fts check {'ok' if fts_ok else 'failed'}; the next reindex rebuilds it"
         )

@@ -13,6 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 
 from memstore.entry_filter import EntryFilter
+from memstore.index.fts import tag_expression
 from memstore.index.sqltext import sql_safe
 
 
@@ -72,9 +73,11 @@ def restriction_for(entry_filter: EntryFilter) -> Restriction | None:
     for i, tag in enumerate(entry_filter.tags):
         terms.append(f"instr(char(10) || d.t || char(10), :f_tag{i}) > 0")
         params[f"f_tag{i}"] = f"\n{tag}\n"
-        params[f"f_tagname{i}"] = tag
-        # entry_tag may hold stale pairs (it only ever needs to be a superset); the exact
-        # check above decides.
-        tagged = "SELECT et.id FROM tagvocab v JOIN entry_tag et ON et.tid = v.tid WHERE v.tag = "
-        lookups.append(Lookup(tagged + "?", tag, f"d.id IN ({tagged}:f_tagname{i})"))
+        # The word index finds the rows whose tags hold the tag's pieces and marks (a superset);
+        # the exact check above decides.
+        expression = tag_expression(tag)
+        if expression is not None:
+            params[f"f_tagrows{i}"] = expression
+            tagged = "SELECT rowid FROM doc_fts WHERE doc_fts MATCH "
+            lookups.append(Lookup(tagged + "?", expression, f"d.id IN ({tagged}:f_tagrows{i})"))
     return Restriction("(" + " AND ".join(terms) + ")", params, tuple(lookups))

@@ -55,22 +55,6 @@ pos = Table(
     Column("len", Integer, nullable=False),
 )
 
-tagvocab = Table(
-    "tagvocab",
-    metadata,
-    Column("tid", Integer, primary_key=True),
-    Column("tag", Text, nullable=False, unique=True),
-    Column("n", Integer, nullable=False),
-)
-
-entry_tag = Table(
-    "entry_tag",
-    metadata,
-    Column("tid", Integer, primary_key=True),
-    Column("id", Integer, primary_key=True),
-    sqlite_with_rowid=False,
-)
-
 # The vocabulary of the word index: every term of doc_fts, per column (kind 0 content,
 # 1 tags), with how many rows hold it (an estimate for the planner, never for answers).
 term = Table(

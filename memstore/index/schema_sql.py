@@ -18,8 +18,6 @@ CREATE_STATEMENTS: tuple[str, ...] = (
     "CREATE TABLE doc (\n\tid INTEGER NOT NULL, \n\tmid TEXT, \n\tc TEXT NOT NULL, \n\tt TEXT NOT NULL, \n\tcreated_at TEXT, \n\tbonus INTEGER NOT NULL, \n\todd INTEGER DEFAULT 0 NOT NULL, br TEXT, run TEXT, mc TEXT DEFAULT '' NOT NULL, mt TEXT DEFAULT '' NOT NULL, \n\tPRIMARY KEY (id)\n)",
     'CREATE INDEX doc_mid ON doc (mid)',
     'CREATE TABLE pos (\n\tid INTEGER NOT NULL, \n\toff INTEGER NOT NULL, \n\tlen INTEGER NOT NULL, \n\tPRIMARY KEY (id)\n)',
-    'CREATE TABLE tagvocab (\n\ttid INTEGER NOT NULL, \n\ttag TEXT NOT NULL, \n\tn INTEGER NOT NULL, \n\tPRIMARY KEY (tid), \n\tUNIQUE (tag)\n)',
-    'CREATE TABLE entry_tag (\n\ttid INTEGER NOT NULL, \n\tid INTEGER NOT NULL, \n\tPRIMARY KEY (tid, id)\n)\n WITHOUT ROWID\n\n',
     'CREATE TABLE card (\n\tid INTEGER NOT NULL, \n\tcard_id TEXT, \n\tfile_path TEXT, \n\terror_type TEXT, \n\ttimestamp FLOAT, \n\texpires_at FLOAT, \n\tinvalidated INTEGER NOT NULL, \n\todd INTEGER DEFAULT 0 NOT NULL, \n\tdata TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE INDEX card_card_id ON card (card_id)',
     'CREATE TABLE card_kw (\n\tword TEXT NOT NULL, \n\tcard INTEGER NOT NULL, \n\tPRIMARY KEY (word, card)\n)\n WITHOUT ROWID\n\n',

@@ -50,8 +50,9 @@ from memstore.models import CONTENT_POINTS, TAG_POINTS, Descending
 CANDIDATE_CAP = 1000
 """Sets of candidate rows up to this size are fetched and scored outright (each costs a read of
 its row, a few µs); larger ones are left to the walk, whose cost does not grow with the catalog."""
-DIRECT_ROWS = 4000
-"""A narrowed candidate set up to this size is scored outright rather than walked."""
+DIRECT_ROWS = 1000
+"""A narrowed set of exact matches up to this size is scored outright (a read of each row); a
+larger one is walked, which reads only the rows that can still enter the top k."""
 SET_ROWS = 10_000
 """Word-index sets of at most this many rows are fetched by the narrow step, or become filters
 of the walk: rows outside them are skipped on the index alone, without reading the row."""
@@ -71,8 +72,9 @@ PROGRESS_OPS = 200
 WALK_SECONDS = 0.015
 """How long the walk may run before a cheaper exact pass is considered.  Either path
 gives the exact answer; the budget only decides which one is taken."""
-FALLBACK_CAP = 5000
-"""An interrupted walk scores the word-index candidates outright when there are fewer than this."""
+FALLBACK_CAP = 30_000
+"""An interrupted walk scores the word-index candidates outright when there are fewer than this:
+a walk that did not stop early may read every row, far more than these."""
 FETCH = 256
 FIRST_FETCH = 16
 """A walk's first batch; batches double up to FETCH, so a walk that stops early reads few rows."""
@@ -494,8 +496,8 @@ class Planner:
     def _both_ids(self, _token: str, match: Match) -> set[int] | None:
         return self.q.ids(match, self.cap)
 
-    def _fallback_ids(self, match: Match) -> set[int] | None:
-        return self.q.ids(match, FALLBACK_CAP)
+    def _fallback_count(self, match: Match) -> int:
+        return self.q.count(match, FALLBACK_CAP)
 
     def _score_ids(self, ids: set[int]) -> list[Hit]:
         return self.q.score_ids(ids, self.k) if ids else []
@@ -531,15 +533,18 @@ class Planner:
             return
         fallback = self._fallback_match()
         if fallback is not None:
-            ids = self._fallback_ids(fallback)
-            if ids is not None:
-                top.offer_all(self._score_ids(ids))
+            count = self._fallback_count(fallback)
+            if count < FALLBACK_CAP:
+                top.offer_all(self._score_match(fallback, count))
                 return
         restricted = self._restricted_fallback() if self.q.filtered else None
         if restricted is not None:
             # Fewer filtered rows than a long walk would read: score them all at once.
             top.offer_all(restricted)
             return
+        # Carry on without a budget; rows outside the rarest token's rows are skipped on the index.
+        known = self._known()
+        filters = filters or [whole for rows, _index, whole in known[:1] if rows <= AND_ROWS]
         self._walk_rows(filters, reached[0] if reached else None, None, ceiling, expanded, top, [])
 
     def _walk_rows(

@@ -16,14 +16,12 @@ import time
 from collections import Counter
 from collections.abc import Generator, Sequence
 
+from memstore.index.fts import COLUMN, fts_expression, quoted
 from memstore.index.restrict import Restriction
 from memstore.index.search import (
     FETCH,
     FIRST_FETCH,
     PROGRESS_OPS,
-    AllOf,
-    AnyOf,
-    Has,
     Hit,
     Match,
     Planner,
@@ -33,25 +31,8 @@ from memstore.index.search import (
     sql_tokens,
 )
 from memstore.index.sqltext import sql_safe
-from memstore.index.terms import CONTENT, CONTENT_MARKS, TAG_MARKS, TAGS, TermSet
+from memstore.index.terms import CONTENT, TAGS, TermSet
 from memstore.models import CONTENT_POINTS, TAG_POINTS
-
-COLUMN = {CONTENT: "c", TAGS: "t", CONTENT_MARKS: "mc", TAG_MARKS: "mt"}
-
-
-def quoted(term: str) -> str:
-    """A literal FTS5 string: a term is never read as an operator or column name."""
-    return '"' + term.replace('"', '""') + '"'
-
-
-def fts_expression(match: Match) -> str:
-    """The FTS5 MATCH expression selecting the rows of ``match``."""
-    if isinstance(match, Has):
-        terms = " OR ".join(quoted(term) for term in match.terms)
-        return f"{COLUMN[match.kind]} : ({terms})"
-    joiner = " AND " if isinstance(match, AllOf) else " OR "
-    assert isinstance(match, (AllOf, AnyOf))
-    return "(" + joiner.join(fts_expression(part) for part in match.parts) + ")"
 
 
 def balanced(terms: Sequence[str], operator: str) -> str:

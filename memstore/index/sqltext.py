@@ -11,7 +11,7 @@ from __future__ import annotations
 
 def encodable(value: str | None) -> bool:
     """True when ``value`` (None counts) can be stored as UTF-8 text."""
-    if value is None:
+    if value is None or value.isascii():
         return True
     try:
         value.encode("utf-8")

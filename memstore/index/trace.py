@@ -201,15 +201,14 @@ class TracedPlanner(Planner):
             step.candidates, step.outcome = _few(found, self.cap)
         return found
 
-    def _fallback_ids(self, match: Match) -> set[int] | None:
+    def _fallback_count(self, match: Match) -> int:
         self._phase = "fallback"
         with self.trace.timed("fallback", "rows the word index admits for every token") as step:
-            found = super()._fallback_ids(match)
-            step.candidates = len(found) if found is not None else None
-            step.outcome = (
-                "few enough to score them all" if found is not None else f"too many (at least {search.FALLBACK_CAP})"
-            )
-        return found
+            count = super()._fallback_count(match)
+            few = count < search.FALLBACK_CAP
+            step.candidates = count if few else None
+            step.outcome = "few enough to score them all" if few else f"too many (at least {search.FALLBACK_CAP})"
+        return count
 
     def _score_ids(self, ids: set[int]) -> list[Hit]:
         if not ids:

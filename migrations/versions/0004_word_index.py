@@ -49,12 +49,25 @@ def upgrade() -> None:
     op.execute("CREATE INDEX doc_walk ON doc(bonus DESC, created_at DESC, id)")
     op.execute("DELETE FROM doc")
     op.execute("DELETE FROM pos")
-    op.execute("DELETE FROM entry_tag")
-    op.execute("DELETE FROM tagvocab")
+    # Tags are found through the word index's tags column now (a superset, checked exactly).
+    op.drop_table("entry_tag")
+    op.drop_table("tagvocab")
     op.execute("DELETE FROM source WHERE name = 'memory'")
 
 
 def downgrade() -> None:
+    op.create_table(
+        "tagvocab",
+        sa.Column("tid", sa.Integer, primary_key=True),
+        sa.Column("tag", sa.Text, nullable=False, unique=True),
+        sa.Column("n", sa.Integer, nullable=False),
+    )
+    op.create_table(
+        "entry_tag",
+        sa.Column("tid", sa.Integer, primary_key=True),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sqlite_with_rowid=False,
+    )
     op.execute("DROP INDEX IF EXISTS doc_walk")
     op.execute("CREATE INDEX doc_walk ON doc(bonus, created_at DESC, id)")
     op.execute("DROP TABLE IF EXISTS term_gram")

@@ -1,0 +1,162 @@
+"""A worker process that parses byte ranges of one catalog file for a build (see memstore.index.lines).
+
+A plain subprocess running this module, not multiprocessing: multiprocessing's spawn
+re-imports the caller's ``__main__`` in the child, which runs an unguarded script a
+second time.  The protocol is length-prefixed pickles over the pipes: the parent sends
+the file's path and identity once, then ``(start, stop)`` requests; the worker answers
+each, in order, with the ParsedRange of that range, or ``None`` (and stops) when the
+path no longer names that file.  Both ends are this module; nothing read from disk is
+ever unpickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+import memstore
+
+_LENGTH = struct.Struct("<Q")
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from memstore.index.line_worker import main; main()"
+STOP_SECONDS = 5.0
+
+
+def _send(stream: IO[bytes], value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LENGTH.pack(len(data)))
+    stream.write(data)
+    stream.flush()
+
+
+def _receive(stream: IO[bytes]) -> Any:
+    head = stream.read(_LENGTH.size)
+    if len(head) != _LENGTH.size:
+        raise EOFError("the other end closed the pipe")
+    (length,) = _LENGTH.unpack(head)
+    data = stream.read(length)
+    if len(data) != length:
+        raise EOFError("the other end closed the pipe mid-message")
+    return pickle.loads(data)
+
+
+def _read_frame(stream: IO[bytes]) -> bytes | None:
+    head = stream.read(_LENGTH.size)
+    if len(head) != _LENGTH.size:
+        return None
+    (length,) = _LENGTH.unpack(head)
+    data = stream.read(length)
+    return data if len(data) == length else None
+
+
+class LineWorker:
+    """The parent's handle on one worker: ask for ranges, read the answers in the same order.
+
+    A thread drains the worker's output as it comes (the pipe holds only 64 KiB, so a
+    worker whose answers were not read would stop working ahead); the answers are
+    unpickled by the caller, when it needs them.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+        self.frames: queue.Queue[bytes | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._drain, name="memstore-parse-reader", daemon=True)
+        self.reader.start()
+
+    def _drain(self) -> None:
+        stream = self.process.stdout
+        assert stream is not None
+        try:
+            while (frame := _read_frame(stream)) is not None:
+                self.frames.put(frame)
+        except (OSError, ValueError):
+            pass
+        self.frames.put(None)
+
+    @classmethod
+    def start(cls, path: Path, identity: tuple[int, int]) -> LineWorker | None:
+        """A running worker for the file ``path`` with (dev, ino) ``identity``; None when it cannot start."""
+        root = str(Path(memstore.__file__).resolve().parent.parent)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-c", _BOOT, root],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError:
+            return None
+        worker = cls(process)
+        if not worker._write((str(path), identity)):
+            return None
+        return worker
+
+    def _write(self, value: Any) -> bool:
+        assert self.process.stdin is not None
+        try:
+            _send(self.process.stdin, value)
+        except (OSError, ValueError):
+            self.stop()
+            return False
+        return True
+
+    def ask(self, start: int, stop: int) -> bool:
+        """Queue the parse of bytes ``[start, stop)``; False when the worker is gone."""
+        return self._write((start, stop))
+
+    def answer(self) -> Any:
+        """The next ParsedRange, in the order asked; None when the worker failed or stopped."""
+        frame = self.frames.get()
+        if frame is None:
+            self.frames.put(None)  # every later answer is None too
+            return None
+        try:
+            return pickle.loads(frame)
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError):
+            return None
+
+    def stop(self) -> None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.reader.join(timeout=STOP_SECONDS)
+        if self.process.stdout is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdout.close()
+
+
+def main() -> None:
+    """The worker's loop: parse each requested range of the file it was given, until told to stop."""
+    from memstore.files import open_for_read
+    from memstore.index.lines import parse_range
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    path, identity = _receive(stdin)
+    fd = open_for_read(Path(path))
+    try:
+        st = os.fstat(fd) if fd is not None else None
+        while True:
+            try:
+                start, stop = _receive(stdin)
+            except EOFError:
+                return
+            if st is None or (st.st_dev, st.st_ino) != tuple(identity):
+                _send(stdout, None)
+                return
+            _send(stdout, parse_range(fd, start, stop))  # type: ignore[arg-type]
+    finally:
+        if fd is not None:
+            os.close(fd)

@@ -1,0 +1,171 @@
+"""Parsing a byte range of a catalog file into index rows: one definition, here or in a worker.
+
+A full build of a large file spends most of its time in Python turning lines into
+rows, while SQLite's share (inserts, the word index) runs in C.  The parse of disjoint
+byte ranges is independent, so a build hands ranges to a worker process and inserts
+what comes back, in file order, while the worker parses the next range: both cores
+work.  The worker runs exactly :func:`parse_range`, the function an in-process catch-up
+runs, so the rows never depend on where they were parsed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memstore.files import iter_raw_lines
+from memstore.index.sqltext import encodable, sql_safe
+from memstore.index.terms import has_long_run, marks_text
+from memstore.jsonl import decode_entry, is_blank
+from memstore.models import MemoryEntry, tag_bonus
+
+log = logging.getLogger(__name__)
+
+RANGE_BYTES = 8 * 1024 * 1024
+"""Bytes a worker parses per task: large enough to amortise the hand-over, small enough to stream."""
+PARALLEL_BYTES = 48 * 1024 * 1024
+"""A build parses in a worker process only when at least this much is to be read."""
+IN_FLIGHT = 3
+"""Ranges handed to the worker ahead of the one being inserted (bounds the memory parsed rows take)."""
+
+Row = tuple[Any, ...]
+"""(offset, length, the doc columns of :func:`row_values`)."""
+
+
+@dataclass(slots=True)
+class ParsedRange:
+    """The rows of one byte range, in file order, and what else its lines were."""
+
+    rows: list[Row] = field(default_factory=list)
+    end: int = 0
+    """Where the last complete line of the range ends (the source is indexed up to here)."""
+    blank: int = 0
+    corrupt: int = 0
+    tail: Row | None = None
+    """An unterminated last line that parses (the end of the file only)."""
+    tail_end: int | None = None
+
+
+RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, str, str, int]
+
+
+def row_values(entry: MemoryEntry) -> RowValues:
+    """The ``doc`` columns (mid, c, t, created_at, bonus, br, run, mc, mt, odd) an entry is indexed as.
+
+    ``c`` is Python's ``content.lower()`` and ``t`` the tags joined by newlines (a
+    token never holds whitespace, so it cannot span two tags).  Entries SQLite cannot
+    hold exactly (lone surrogates, NUL), entries with a newline inside a tag (``t``
+    would not say where one tag ends, which the tag filter needs) and entries with a run
+    of term characters too long for one FTS5 term become *odd* rows, scored and filtered
+    in Python.
+    """
+    content = entry.content.lower()
+    tags = "\n".join(entry.tags)
+    if (
+        sql_safe(content)
+        and sql_safe(tags)
+        and not any("\n" in tag for tag in entry.tags)
+        and encodable(entry.memory_id)
+        and encodable(entry.created_at)
+        and sql_safe(entry.branch_name)
+        and sql_safe(entry.run_id)
+        and not has_long_run((content, tags))
+    ):
+        return (
+            entry.memory_id,
+            content,
+            tags,
+            entry.created_at,
+            tag_bonus(entry.tags),
+            entry.branch_name,
+            entry.run_id,
+            marks_text(content),
+            marks_text(tags),
+            0,
+        )
+    return (None, "", "", None, 0, None, None, "", "", 1)
+
+
+def parse_range(fd: int, start: int, stop: int) -> ParsedRange:
+    """The index rows of the lines in bytes ``[start, stop)`` of an open catalog file."""
+    parsed = ParsedRange(end=start)
+    for raw in iter_raw_lines(fd, start=start, stop=stop):
+        if not raw.terminated:
+            entry = None if is_blank(raw.data) else decode_entry(raw.data)
+            if entry is not None:
+                parsed.tail = (raw.start, raw.end - raw.start, *row_values(entry))
+                parsed.tail_end = raw.end
+            break
+        parsed.end = raw.end
+        if is_blank(raw.data):
+            parsed.blank += 1
+            continue
+        entry = decode_entry(raw.data)
+        if entry is None:
+            parsed.corrupt += 1
+            continue
+        parsed.rows.append((raw.start, raw.end - raw.start - 1, *row_values(entry)))
+    return parsed
+
+
+def boundaries(fd: int, start: int, stop: int, step: int) -> list[int]:
+    """Line starts from ``start`` to ``stop``, about ``step`` bytes apart (each just after a newline)."""
+    edges = [start]
+    target = start + step
+    while target < stop:
+        found = _next_line_start(fd, target, stop)
+        if found >= stop:
+            break
+        edges.append(found)
+        target = found + step
+    edges.append(stop)
+    return edges
+
+
+def _next_line_start(fd: int, position: int, stop: int) -> int:
+    while position < stop:
+        window = os.pread(fd, min(1 << 16, stop - position), position)
+        if not window:
+            return stop
+        newline = window.find(b"\n")
+        if newline >= 0:
+            return position + newline + 1
+        position += len(window)
+    return stop
+
+
+def parsed_ranges(path: Path, fd: int, start: int, stop: int) -> Iterator[ParsedRange]:
+    """The rows of bytes ``[start, stop)`` of the open file ``fd``, range by range, in file order.
+
+    Large files are parsed by a worker process ahead of the caller; any trouble with
+    the worker (it cannot start, dies, or finds another file at the path) only means
+    the rest is parsed here instead, so the result is the same either way.
+    """
+    if stop - start < PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
+        yield parse_range(fd, start, stop)
+        return
+    from memstore.index.line_worker import LineWorker
+
+    ranges = list(itertools.pairwise(boundaries(fd, start, stop, RANGE_BYTES)))
+    st = os.fstat(fd)
+    worker = LineWorker.start(path, (st.st_dev, st.st_ino))
+    asked = 0
+    try:
+        for index, (low, high) in enumerate(ranges):
+            while worker is not None and asked < min(len(ranges), index + IN_FLIGHT):
+                worker = worker if worker.ask(*ranges[asked]) else None
+                asked += 1
+            parsed = worker.answer() if worker is not None else None
+            if parsed is None and worker is not None:
+                log.info("the parse worker for %s stopped; parsing here from byte %d", path, low)
+                worker.stop()
+                worker = None
+            yield parsed if parsed is not None else parse_range(fd, low, high)
+    finally:
+        if worker is not None:
+            worker.stop()

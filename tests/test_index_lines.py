@@ -1,0 +1,139 @@
+"""memstore.index.lines and line_worker: a build parses in a worker process and gets the same rows."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from memstore.catalog import MemoryCatalog
+from memstore.index import line_worker, lines
+from memstore.index.lines import ParsedRange, parse_range, parsed_ranges
+
+
+def _catalog_bytes(count: int = 400) -> bytes:
+    out = []
+    for i in range(count):
+        payload = {
+            "memory_id": f"m{i}",
+            "content": f"entry {i} " + ("word-" * (i % 7)) + ("é" if i % 11 == 0 else ""),
+            "tags": ["t", f"g{i % 5}"],
+            "created_at": f"2026-01-{1 + i % 28:02d}T00:00:00+00:00",
+            "branch_name": None,
+            "run_id": None,
+        }
+        out.append(json.dumps(payload, sort_keys=True).encode())
+        if i % 50 == 3:
+            out.append(b"")  # blank
+        if i % 60 == 7:
+            out.append(b"{not json")  # corrupt
+        if i % 90 == 5:
+            out.append(json.dumps({**payload, "content": "nul \x00 inside"}).encode())  # an odd row
+    return b"\n".join(out) + b"\n" + b'{"memory_id": "tail", "content": "last", "created_at": "2027"}'
+
+
+def _merged(ranges: list[ParsedRange]) -> tuple[list[tuple[object, ...]], int, int, int, object, object]:
+    rows = [row for parsed in ranges for row in parsed.rows]
+    last = ranges[-1]
+    return rows, sum(p.blank for p in ranges), sum(p.corrupt for p in ranges), last.end, last.tail, last.tail_end
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "memory.jsonl"
+    path.write_bytes(_catalog_bytes())
+    return path
+
+
+def _whole(path: Path) -> ParsedRange:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return parse_range(fd, 0, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def _through_worker(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[ParsedRange]:
+    monkeypatch.setattr(lines, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(lines, "RANGE_BYTES", 700)  # many ranges, each a few lines
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return list(parsed_ranges(path, fd, 0, os.fstat(fd).st_size))
+    finally:
+        os.close(fd)
+
+
+def test_a_worker_parses_the_same_rows_in_the_same_order(source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[object] = []
+    real_start = line_worker.LineWorker.start
+
+    def start(path: Path, identity: tuple[int, int]) -> object:
+        worker = real_start(path, identity)
+        started.append(worker)
+        return worker
+
+    monkeypatch.setattr(line_worker.LineWorker, "start", staticmethod(start))
+    ranges = _through_worker(source, monkeypatch)
+    assert started and started[0] is not None, "the worker process ran"
+    assert len(ranges) > 10
+    whole = _whole(source)
+    assert _merged(ranges) == (whole.rows, whole.blank, whole.corrupt, whole.end, whole.tail, whole.tail_end)
+    assert whole.tail is not None and whole.corrupt > 0 and whole.blank > 0
+
+
+def test_without_a_worker_the_ranges_are_parsed_here(source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(line_worker.LineWorker, "start", staticmethod(lambda path, identity: None))
+    whole = _whole(source)
+    assert _merged(_through_worker(source, monkeypatch))[0] == whole.rows
+
+
+def test_a_worker_that_finds_another_file_gives_way(source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path names a new file once the worker opens it: the rows still come from the open one."""
+    original = source.read_bytes()
+    real_start = line_worker.LineWorker.start
+
+    def start(path: Path, identity: tuple[int, int]) -> object:
+        replacement = path.with_name("other.jsonl")
+        replacement.write_bytes(b'{"memory_id": "x", "content": "planted", "created_at": "2026"}\n' * 50)
+        os.replace(replacement, path)  # what git checkout does
+        return real_start(path, identity)
+
+    monkeypatch.setattr(line_worker.LineWorker, "start", staticmethod(start))
+    monkeypatch.setattr(lines, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(lines, "RANGE_BYTES", 700)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        ranges = list(parsed_ranges(source, fd, 0, os.fstat(fd).st_size))
+    finally:
+        os.close(fd)
+    kept = source.with_name("kept.jsonl")
+    kept.write_bytes(original)
+    assert _merged(ranges)[0] == _whole(kept).rows
+    assert all(b"planted" not in str(row).encode() for row in _merged(ranges)[0])
+
+
+def test_a_worker_that_dies_gives_way(source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_start = line_worker.LineWorker.start
+
+    def start(path: Path, identity: tuple[int, int]) -> object:
+        worker = real_start(path, identity)
+        assert worker is not None
+        worker.process.kill()
+        return worker
+
+    monkeypatch.setattr(line_worker.LineWorker, "start", staticmethod(start))
+    assert _merged(_through_worker(source, monkeypatch))[0] == _whole(source).rows
+
+
+def test_a_full_build_through_the_worker_equals_the_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    catalog.path.write_bytes(_catalog_bytes(1500))
+    monkeypatch.setattr(lines, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(lines, "RANGE_BYTES", 4096)
+    catalog.reindex(full=True)
+    scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    for query in ("entry", "word-", "é", "last", "g3", "nul", "entry 14"):
+        assert catalog.search(query, limit=20) == scan.search(query, limit=20), query
+    assert catalog.check_index().equal
