@@ -30,8 +30,10 @@ RANGE_BYTES = 8 * 1024 * 1024
 """Bytes a worker parses per task: large enough to amortise the hand-over, small enough to stream."""
 PARALLEL_BYTES = 48 * 1024 * 1024
 """A build parses in a worker process only when at least this much is to be read."""
-IN_FLIGHT = 3
-"""Ranges handed to the worker ahead of the one being inserted (bounds the memory parsed rows take)."""
+IN_FLIGHT = 2
+"""Ranges handed to each worker ahead of the one being inserted (bounds the memory parsed rows take)."""
+WORKERS = 2
+"""Parse workers: parsing costs about twice what inserting the rows does, so two keep this process busy."""
 
 Row = tuple[Any, ...]
 """(offset, length, the doc columns of :func:`row_values`)."""
@@ -142,30 +144,40 @@ def _next_line_start(fd: int, position: int, stop: int) -> int:
 def parsed_ranges(path: Path, fd: int, start: int, stop: int) -> Iterator[ParsedRange]:
     """The rows of bytes ``[start, stop)`` of the open file ``fd``, range by range, in file order.
 
-    Large files are parsed by a worker process ahead of the caller; any trouble with
-    the worker (it cannot start, dies, or finds another file at the path) only means
-    the rest is parsed here instead, so the result is the same either way.
+    Large files are parsed by worker processes ahead of the caller (range i by worker
+    i mod WORKERS); any trouble with a worker (it cannot start, dies, or finds another
+    file at the path) only means its ranges are parsed here instead, so the result is the
+    same either way.
     """
-    if stop - start < PARALLEL_BYTES or (os.cpu_count() or 1) < 2:
+    cores = os.cpu_count() or 1
+    if stop - start < PARALLEL_BYTES or cores < 2:
         yield parse_range(fd, start, stop)
         return
     from memstore.index.line_worker import LineWorker
 
     ranges = list(itertools.pairwise(boundaries(fd, start, stop, RANGE_BYTES)))
     st = os.fstat(fd)
-    worker = LineWorker.start(path, (st.st_dev, st.st_ino))
+    workers: list[LineWorker | None] = [
+        LineWorker.start(path, (st.st_dev, st.st_ino)) for _ in range(min(WORKERS, cores))
+    ]
     asked = 0
     try:
         for index, (low, high) in enumerate(ranges):
-            while worker is not None and asked < min(len(ranges), index + IN_FLIGHT):
-                worker = worker if worker.ask(*ranges[asked]) else None
+            while asked < min(len(ranges), index + IN_FLIGHT * len(workers)):
+                slot = asked % len(workers)
+                worker = workers[slot]
+                if worker is not None and not worker.ask(*ranges[asked]):
+                    workers[slot] = None
                 asked += 1
+            slot = index % len(workers)
+            worker = workers[slot]
             parsed = worker.answer() if worker is not None else None
             if parsed is None and worker is not None:
-                log.info("the parse worker for %s stopped; parsing here from byte %d", path, low)
+                log.info("a parse worker for %s stopped; parsing here from byte %d", path, low)
                 worker.stop()
-                worker = None
+                workers[slot] = None
             yield parsed if parsed is not None else parse_range(fd, low, high)
     finally:
-        if worker is not None:
-            worker.stop()
+        for worker in workers:
+            if worker is not None:
+                worker.stop()
