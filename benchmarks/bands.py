@@ -29,6 +29,8 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import or_
 from pathlib import Path
 from typing import Any
 
@@ -169,31 +171,51 @@ class Counts:
 
 def _count_job(args: tuple[str, int, int, tuple[str, ...], tuple[tuple[int, ...], ...]]) -> Counts:
     path, start, end, tokens, queries = args
-    found = [0] * len(queries)
-    masks = [sum(1 << i for i in query) for query in queries]
-    inside: dict[str, int] = {}  # word or tag -> bit i set when tokens[i] is inside it
-    get = inside.get
-    lengths, words, tags_seen = array("l"), array("l"), Counter[str]()
-    seen_words: set[str] = set()
+    per_token = [0] * (len(tokens) + 1)  # by bit_length: index i + 1 counts tokens[i]
+    multi = [(index, sum(1 << i for i in query)) for index, query in enumerate(queries) if len(query) > 1]
+    multi_found = [0] * len(queries)
+    words: dict[str, int] = {}  # every distinct content word -> bit i set when tokens[i] is inside it
+    tag_bits: dict[str, int] = {}
+
+    bit_of = {token: 1 << i for i, token in enumerate(tokens)}
+    sizes = sorted({len(token) for token in tokens})
+
+    def bits_of(text: str) -> int:  # look every substring of a token's length up, once per distinct word
+        bits = 0
+        for size in sizes:
+            for offset in range(len(text) - size + 1):
+                bits |= bit_of.get(text[offset : offset + size], 0)
+        return bits
+
+    lengths, word_counts, tags_seen = array("l"), array("l"), Counter[str]()
     for content, tags in _entries(path, start, end):
         split = content.lower().split()
         lengths.append(len(content))
-        words.append(len(split))
+        word_counts.append(len(split))
         tags_seen.update(tags)
-        distinct = set(split)
-        seen_words |= distinct
-        hits = 0
-        for text in itertools.chain(distinct, tags):
-            bits = get(text)
+        looked_up = list(map(words.get, split))
+        if None in looked_up:
+            for word in split:
+                if word not in words:
+                    words[word] = bits_of(word)
+            looked_up = list(map(words.get, split))
+        hits = reduce(or_, looked_up, 0)
+        for tag in tags:
+            bits = tag_bits.get(tag)
             if bits is None:
-                bits = inside[text] = sum(1 << i for i, token in enumerate(tokens) if token in text)
+                bits = tag_bits[tag] = bits_of(tag)
             hits |= bits
         if not hits:
             continue
-        for index, mask in enumerate(masks):
+        for index, mask in multi:
             if hits & mask == mask:
-                found[index] += 1
-    return Counts(len(lengths), found, lengths, words, seen_words, tags_seen)
+                multi_found[index] += 1
+        while hits:  # one step per token the entry holds
+            low = hits & -hits
+            per_token[low.bit_length()] += 1
+            hits ^= low
+    found = [multi_found[i] if len(query) > 1 else per_token[query[0] + 1] for i, query in enumerate(queries)]
+    return Counts(len(lengths), found, lengths, word_counts, set(words), tags_seen)
 
 
 def match_counts(path: Path, queries: Sequence[Sequence[str]], *, workers: int | None = None) -> Counts:
