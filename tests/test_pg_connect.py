@@ -45,10 +45,11 @@ def test_a_plain_url_connects_through_psycopg_with_memstore_settings(writer: sa.
         got = conn.execute(
             sa.text(
                 "SELECT current_setting('application_name'), current_setting('statement_timeout'),"
-                " current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')"
+                " current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout'),"
+                " current_setting('plan_cache_mode')"
             )
         ).one()
-    assert tuple(got) == (APPLICATION_NAME, "30s", "10s", "5min")
+    assert tuple(got) == (APPLICATION_NAME, "30s", "10s", "5min", "force_custom_plan")
 
 
 @pytest.mark.parametrize("form", ["query", "encoded host", "postgres scheme"])

@@ -4,8 +4,9 @@ Every wait has a limit, so a hung server or a stuck lock holder turns into a typ
 error instead of a frozen agent: the connection attempt (``connect_timeout``), each
 statement (``statement_timeout``), each lock wait, advisory locks included
 (``lock_timeout``), and a client that sits idle inside a transaction while holding
-locks (``idle_in_transaction_session_timeout``).  The settings travel in libpq's
-startup ``options``, so they cost no round trip; settings the URL already names win.
+locks (``idle_in_transaction_session_timeout``).  Plans are made for each query's own
+terms (``plan_cache_mode``).  The settings travel in libpq's startup ``options``, so
+they cost no round trip; settings the URL already names win.
 
 Failures become :class:`~memstore.errors.IndexServerError` (down, unreachable, too
 slow) or :class:`~memstore.errors.IndexAuthError` (the server said no), with a
@@ -90,10 +91,13 @@ def create_engine(
     except (ValueError, sa.exc.ArgumentError):
         raise IndexUrlError(f"index URL: malformed: {index_url.redacted()!r}") from None
     query = dict(sa_url.query)
-    settings = {
+    settings: dict[str, object] = {
         "statement_timeout": statement_timeout_ms,
         "lock_timeout": lock_timeout_ms,
         "idle_in_transaction_session_timeout": idle_in_transaction_timeout_ms,
+        # psycopg prepares a statement after 5 runs; a generic plan cannot see that this
+        # term is rare and that one common (docs/postgres-notes.md: 30x slower top-k).
+        "plan_cache_mode": "force_custom_plan",
     }
     options = " ".join(f"-c {name}={value}" for name, value in settings.items())
     given = query.get("options")
