@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,8 +216,11 @@ def _start_guard(root: Path, bindir: Path, owner: str | None) -> subprocess.Pope
     )
 
 
-def start_cluster() -> Cluster:
-    """initdb, start, provision; :class:`ClusterUnavailable` (server stopped, folder gone) on failure."""
+def start_cluster(*, settings: Mapping[str, str] | None = None) -> Cluster:
+    """initdb, start, provision; :class:`ClusterUnavailable` (server stopped, folder gone) on failure.
+
+    ``settings`` override :data:`SERVER_SETTINGS` (a benchmark turns durability back on).
+    """
     bindir = find_bindir()
     if bindir is None:
         where = os.environ.get(BINDIR_ENV) or "pg_config --bindir, /usr/lib/postgresql/*/bin"
@@ -233,7 +236,7 @@ def start_cluster() -> Cluster:
         if owner is not None:
             shutil.chown(root, user=owner, group=pwd.getpwnam(owner).pw_gid)
         cluster.guard = _start_guard(root, bindir, owner)
-        _init_and_start(cluster)
+        _init_and_start(cluster, {**SERVER_SETTINGS, **(settings or {})})
         provision(cluster)
     except BaseException as exc:
         tail = cluster.log_tail()
@@ -247,7 +250,7 @@ def start_cluster() -> Cluster:
     return cluster
 
 
-def _init_and_start(cluster: Cluster) -> None:
+def _init_and_start(cluster: Cluster, settings: Mapping[str, str]) -> None:
     # C collation (code point order, like Python's str comparison); a UTF-8 ctype so that
     # pg_trgm treats non-ASCII letters as word characters (under ctype C it drops them).
     init = cluster.run(
@@ -258,7 +261,7 @@ def _init_and_start(cluster: Cluster) -> None:
         raise ClusterUnavailable(f"initdb failed: {_last_line(init.stderr or init.stdout)}")
     (cluster.data / "pg_hba.conf").write_text(HBA)
     options = ["-k", cluster.socket_dir]
-    for name, value in SERVER_SETTINGS.items():
+    for name, value in settings.items():
         options += ["-c", f"{name}={value}"]
     start = cluster.run(
         "pg_ctl", "start", "-D", str(cluster.data), "-l", str(cluster.log), "-w", "-t", str(START_SECONDS),
@@ -321,9 +324,9 @@ def drop_database(cluster: Cluster, name: str) -> None:
 
 
 @contextlib.contextmanager
-def running_cluster() -> Iterator[Cluster]:
+def running_cluster(*, settings: Mapping[str, str] | None = None) -> Iterator[Cluster]:
     """Start a cluster, yield it, always stop it (for scripts and benchmarks outside pytest)."""
-    cluster = start_cluster()
+    cluster = start_cluster(settings=settings)
     try:
         yield cluster
     finally:
