@@ -4,6 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 SIZE   ?= 100k
+CORPUS ?= generated
 
 .PHONY: setup demo test lint stress bench bench-ci bench-mcp clean
 
@@ -27,7 +28,7 @@ stress: $(STAMP)
 	MEMSTORE_STRESS=full $(PY) -m pytest -q -m stress
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.run --size $(SIZE)
+	$(PY) -m benchmarks.run --size $(SIZE) --corpus $(CORPUS)
 
 bench-ci: $(STAMP)
 	$(PY) -m benchmarks.run --size 20k --gate

@@ -1,12 +1,15 @@
-"""The benchmark's datasets: generated catalogs and failure-card sets, cached on disk.
+"""The benchmark's datasets: generated catalogs, real-text catalogs and failure-card sets, cached on disk.
 
-Catalogs come from :mod:`memstore.sample.catalog` (the demo's generator too);
-failures.json is the storage's own form (one JSON list of card dicts,
-``indent=2``).  The same (kind, size, seed) always gives the same bytes, so runs on
-different days and machines measure the same data.  Files are cached under
-benchmarks/data/.
+Catalogs come from :mod:`memstore.sample.catalog` (the demo's generator too), real-text
+catalogs from :mod:`memstore.sample.realtext` (windows over the docstrings and comments of
+the interpreter's standard library) together with their query mix
+(:mod:`benchmarks.realtext_queries`); failures.json is the storage's own form (one JSON
+list of card dicts, ``indent=2``).  The same (kind, size, seed) always gives the same
+bytes (for real text: the same text fingerprint too), so runs on different days and
+machines measure the same data.  Files are cached under benchmarks/data/.
 
     python -m benchmarks.generate --size 1m            # catalog
+    python -m benchmarks.generate --kind realtext --size 1m
     python -m benchmarks.generate --kind cards --size 100k
 """
 
@@ -18,15 +21,22 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchmarks.cards_data import card_dicts
+from benchmarks.realtext_queries import SELECTOR_VERSION, choose_queries
+from memstore.sample import realtext
 from memstore.sample.catalog import DEFAULT_SEED, GENERATOR_VERSION, write_catalog
+from memstore.sample.pytext import TextCorpus, load_corpus
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 NAMED_SIZES = {"10k": 10_000, "20k": 20_000, "100k": 100_000, "1m": 1_000_000}
+KINDS = ("catalog", "realtext", "cards")
+DEFAULT_TEXT_SOURCES = ("stdlib",)
+QUERIES_FILE = "queries.json"
 
 
 def parse_size(text: str | int) -> int:
@@ -84,6 +94,18 @@ class Dataset:
     file: Path
     bytes: int
     generate_seconds: float | None  # None when served from the cache
+    info: dict[str, Any] = field(default_factory=dict)  # real text: sources, fingerprint, shape
+
+
+@dataclass(frozen=True)
+class TextChoice:
+    """Which installed Python source the real-text corpus is built from (names from pytext.SOURCES)."""
+
+    sources: tuple[str, ...] = DEFAULT_TEXT_SOURCES
+    packages: tuple[str, ...] | None = None  # top-level modules only (tests keep extraction small)
+
+    def corpus(self, data_dir: Path) -> TextCorpus:
+        return load_corpus(sources=self.sources, packages=self.packages, cache_dir=data_dir)
 
 
 def catalog_file(root: Path) -> Path:
@@ -94,22 +116,38 @@ def cards_file(root: Path) -> Path:
     return root / ".teaagent" / "memory" / "failures.json"
 
 
-def dataset(kind: str, size: int, *, seed: int = DEFAULT_SEED, data_dir: Path = DATA_DIR) -> Dataset:
+def _cached(target: Path, meta_path: Path, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The stored metadata when the cached file is the one these params describe, else None."""
+    if not (target.exists() and meta_path.exists()):
+        return None
+    try:
+        stored = json.loads(meta_path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    if isinstance(stored, dict) and stored.get("params") == params and stored.get("bytes") == target.stat().st_size:
+        return stored
+    return None
+
+
+def dataset(
+    kind: str,
+    size: int,
+    *,
+    seed: int = DEFAULT_SEED,
+    data_dir: Path = DATA_DIR,
+    text: TextChoice | None = None,
+) -> Dataset:
     """The cached dataset for (kind, size, seed), generating it first if needed."""
-    if kind not in ("catalog", "cards"):
+    if kind not in KINDS:
         raise ValueError(f"unknown dataset kind {kind!r}")
+    if kind == "realtext":
+        return _realtext_dataset(size, seed=seed, data_dir=data_dir, text=text or TextChoice())
     root = data_dir / f"{kind}-{size_label(size)}-seed{seed}-v{GENERATOR_VERSION}"
     target = catalog_file(root) if kind == "catalog" else cards_file(root)
     meta_path = root / "dataset.json"
     meta = {"kind": kind, "size": size, "seed": seed, "generator_version": GENERATOR_VERSION}
-    if target.exists() and meta_path.exists():
-        try:
-            stored = json.loads(meta_path.read_text(encoding="utf-8"))
-        except ValueError:
-            stored = None
-        size_now = target.stat().st_size
-        if isinstance(stored, dict) and stored.get("params") == meta and stored.get("bytes") == size_now:
-            return Dataset(kind, size, seed, root, target, target.stat().st_size, None)
+    if _cached(target, meta_path, meta) is not None:
+        return Dataset(kind, size, seed, root, target, target.stat().st_size, None)
     started = time.perf_counter()
     if kind == "catalog":
         written = write_catalog(target, size, seed=seed)
@@ -120,6 +158,57 @@ def dataset(kind: str, size: int, *, seed: int = DEFAULT_SEED, data_dir: Path = 
     return Dataset(kind, size, seed, root, target, written, elapsed)
 
 
+def _realtext_dataset(size: int, *, seed: int, data_dir: Path, text: TextChoice) -> Dataset:
+    """A real-text catalog and its query mix; keyed by the fingerprint of the text it was cut from."""
+    started = time.perf_counter()
+    corpus = text.corpus(data_dir)
+    extract_seconds = time.perf_counter() - started
+    fingerprint = corpus.fingerprint
+    root = data_dir / f"realtext-{size_label(size)}-seed{seed}-v{realtext.GENERATOR_VERSION}-{fingerprint[:12]}"
+    target = catalog_file(root)
+    meta_path = root / "dataset.json"
+    params = {
+        "kind": "realtext",
+        "size": size,
+        "seed": seed,
+        "generator_version": realtext.GENERATOR_VERSION,
+        "text_fingerprint": fingerprint,
+        "sources": list(text.sources),
+        "packages": None if text.packages is None else list(text.packages),
+    }
+    stored = _cached(target, meta_path, params)
+    generate_seconds: float | None = None
+    if stored is None:
+        started = time.perf_counter()
+        written = realtext.write_realtext_catalog(target, size, corpus=corpus, seed=seed)
+        generate_seconds = time.perf_counter() - started
+        stored = {"params": params, "bytes": written, "seconds": generate_seconds, "text": corpus.describe()}
+        meta_path.write_text(json.dumps(stored, indent=2), encoding="utf-8")
+    mix = _queries(root / QUERIES_FILE, target, seed=seed)
+    info = {
+        "text": stored.get("text", corpus.describe()),
+        "generate_seconds": stored.get("seconds"),
+        "extract_or_load_text_seconds": extract_seconds,
+        "queries": mix,
+    }
+    return Dataset("realtext", size, seed, root, target, target.stat().st_size, generate_seconds, info)
+
+
+def _queries(path: Path, catalog: Path, *, seed: int) -> dict[str, Any]:
+    """The dataset's query mix, chosen once and kept beside the catalog."""
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if stored.get("selector_version") == SELECTOR_VERSION and stored.get("seed") == seed:
+            return dict(stored)
+    except (OSError, ValueError, AttributeError):
+        pass
+    started = time.perf_counter()
+    mix = choose_queries(catalog, seed=seed)
+    mix["seconds"] = time.perf_counter() - started
+    path.write_text(json.dumps(mix, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return mix
+
+
 def iter_catalog_payloads(path: Path) -> Iterator[dict[str, object]]:
     """Every line of a generated catalog, parsed (for tests and shape checks)."""
     with open(path, encoding="utf-8") as handle:
@@ -127,16 +216,41 @@ def iter_catalog_payloads(path: Path) -> Iterator[dict[str, object]]:
             yield json.loads(line)
 
 
-def main(argv: list[str] | None = None) -> int:
+def text_choice(sources: str | None, packages: str | None) -> TextChoice:
+    """``--text-sources stdlib,site-packages`` and ``--text-packages json,email`` as a TextChoice."""
+    def names(value: str) -> tuple[str, ...]:
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+
+    return TextChoice(
+        sources=names(sources) if sources else DEFAULT_TEXT_SOURCES,
+        packages=names(packages) if packages else None,
+    )
+
+
+def add_text_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--text-sources", default=None, help="real text from: stdlib (default), site-packages, or both comma-separated"
+    )
+    parser.add_argument(
+        "--text-packages", default=None, help="real text from these top-level modules only (e.g. json,email)"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.generate", description=__doc__.split("\n")[0])
-    parser.add_argument("--kind", choices=("catalog", "cards"), default="catalog")
+    parser.add_argument("--kind", choices=KINDS, default="catalog")
     parser.add_argument("--size", default="100k", help="10k, 20k, 100k, 1m or an integer")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    add_text_options(parser)
     args = parser.parse_args(argv)
-    data = dataset(args.kind, parse_size(args.size), seed=args.seed, data_dir=args.data_dir)
+    text = text_choice(args.text_sources, args.text_packages)
+    data = dataset(args.kind, parse_size(args.size), seed=args.seed, data_dir=args.data_dir, text=text)
     took = "cached" if data.generate_seconds is None else f"generated in {data.generate_seconds:.1f} s"
-    print(json.dumps({**asdict(data), "root": str(data.root), "file": str(data.file)}))
+    shown = {**asdict(data), "root": str(data.root), "file": str(data.file)}
+    if "queries" in data.info:
+        shown["info"] = {**data.info, "queries": [q["text"] for q in data.info["queries"]["queries"]]}
+    print(json.dumps(shown, ensure_ascii=False))
     summary = f"{data.kind} {size_label(data.size)}: {data.bytes / 1e6:.1f} MB at {data.file} ({took})"
     print(summary, file=sys.stderr)
     return 0

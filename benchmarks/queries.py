@@ -14,6 +14,8 @@ from dataclasses import dataclass
 class Query:
     category: str
     text: str
+    band: str | None = None  # real-text mixes: the frequency band the query was counted in
+    matches: int | None = None  # and how many entries it matched when the mix was chosen
 
 
 SEARCH_MIX: tuple[Query, ...] = (

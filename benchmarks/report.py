@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,13 +98,15 @@ def markdown(report: Mapping[str, Any]) -> str:
     dirty = " (uncommitted changes)" if report.get("git_dirty") else ""
     if report.get("snapshot"):
         dirty = " (clean export)"
+    corpus = report.get("corpus", "generated")
     lines = [
         f"### memstore benchmark: {report['size_label']} entries ({report['entries']:,} lines, "
-        f"{report['jsonl_bytes'] / 1e6:.1f} MB JSONL)",
+        f"{report['jsonl_bytes'] / 1e6:.1f} MB JSONL){'' if corpus == 'generated' else f', {corpus} corpus'}",
         "",
         f"Commit `{(report.get('git_sha') or 'unknown')[:10]}`{dirty}, "
         f"{report['timestamp']}, {report['machine']['cpus']} CPUs, Python {report['machine']['python']}, "
         f"SQLite {report['machine']['sqlite']}. Command: `{report['command']}`.",
+        *_dataset_lines(report.get("dataset") or {}),
         "",
         "| metric | value | target (1M, issue 4) |",
         "|---|---:|---|",
@@ -113,24 +116,32 @@ def markdown(report: Mapping[str, Any]) -> str:
             lines.append(f"| {label} | {fmt_value(metrics[key], fmt)} | {target} |")
     queries: Sequence[Mapping[str, Any]] = report.get("queries", [])
     if queries:
+        banded = any(q.get("band") for q in queries)
+        band_head, band_rule = ("band | share | ", "---|---:|") if banded else ("", "")
         lines += [
             "",
-            "Per query (ms; indexed = median of warm repeats, scans = median; hits = matching entries):",
+            "Per query (ms; indexed = median of warm repeats, scans = median; hits = matching entries"
+            + ("; band and share = of the entries the query matches" if banded else "")
+            + "):",
             "",
-            "| category | query | hits | indexed | in-memory scan | naive scan | grep "
+            f"| category | query | {band_head}hits | indexed | in-memory scan | naive scan | grep "
             "| scan ÷ indexed | exact |",
-            "|---|---|---:|---:|---:|---:|---:|---:|:-:|",
+            f"|---|---|{band_rule}---:|---:|---:|---:|---:|---:|:-:|",
         ]
         for q in queries:
             ratio = q.get("scan_memory_ms") and q.get("indexed_ms") and q["scan_memory_ms"] / q["indexed_ms"]
-            query_text = q["query"].replace("|", "\\|")
+            query_text = _code(q["query"])
             exact = {True: "✓", False: "✗", None: "–"}[q.get("exact")]
+            band = ""
+            if banded:
+                share = q["hits"] / report["entries"] if isinstance(q.get("hits"), int) and report["entries"] else None
+                band = f"{q.get('band') or '–'} | {fmt_value(share, '{:.3%}')} | "
             lines.append(
-                f"| {q['category']} | `{query_text}` | {fmt_value(q.get('hits'), '{:,}')} "
+                f"| {q['category']} | {query_text} | {band}{fmt_value(q.get('hits'), '{:,}')} "
                 f"| {fmt_value(q.get('indexed_ms'), '{:.3f}')} "
                 f"| {fmt_value(q.get('scan_memory_ms'), '{:.1f}')} "
                 f"| {fmt_value(q.get('scan_naive_ms'), '{:.1f}')} | {fmt_value(q.get('grep_ms'), '{:.1f}')} "
-                f"| {fmt_value(ratio, '{:.0f}x')} | {exact} |"
+                f"| {fmt_value(ratio, '{:.0f}x' if ratio and ratio >= 10 else '{:.1f}x')} | {exact} |"
             )
     if report.get("gate"):
         lines += ["", "CI gate:", ""]
@@ -142,10 +153,40 @@ def markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _code(text: str) -> str:
+    """A query as inline code in a table cell: pipes escaped, backticks fenced by longer runs."""
+    text = text.replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _dataset_lines(info: Mapping[str, Any]) -> list[str]:
+    """One line on where a real-text corpus came from and what its entries look like."""
+    text = info.get("text")
+    if not text:
+        return []
+    sources = ", ".join(f"{s['name']} ({s['files_with_text']} files)" for s in text.get("sources", []))
+    shape = info.get("shape") or {}
+    chars = shape.get("content_chars") or {}
+    words = shape.get("words_per_entry") or {}
+    return [
+        "",
+        f"Text: docstrings and comments of {sources}, Python {text.get('python')}, "
+        f"fingerprint `{str(text.get('fingerprint'))[:12]}`; entries {chars.get('min')}–{chars.get('max')} "
+        f"characters (mean {chars.get('mean')}), {words.get('mean')} words on average, "
+        f"{fmt_value(shape.get('distinct_words'), '{:,}')} distinct lowered words.",
+    ]
+
+
 def write_outputs(report: Mapping[str, Any], results_dir: Path, *, extra_json: Path | None = None) -> Path:
-    """``<size>.json``, ``<size>.md`` and a line in ``history.jsonl``; returns the Markdown path."""
+    """``<name>.json``, ``<name>.md`` and a line in ``history.jsonl``; returns the Markdown path.
+
+    ``<name>`` is the size (``100k``), prefixed by the corpus unless it is the generated one
+    (``realtext-100k``), suffixed ``-gate`` in gate mode.
+    """
     results_dir.mkdir(parents=True, exist_ok=True)
-    name = report["size_label"] + ("-gate" if report.get("gate_mode") else "")
+    name = report.get("result_name", report["size_label"]) + ("-gate" if report.get("gate_mode") else "")
     text = json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     _atomic_text(results_dir / f"{name}.json", text)
     if extra_json is not None:
@@ -157,6 +198,7 @@ def write_outputs(report: Mapping[str, Any], results_dir: Path, *, extra_json: P
         "timestamp": report["timestamp"],
         "git_sha": report.get("git_sha"),
         "git_dirty": report.get("git_dirty"),
+        "corpus": report.get("corpus", "generated"),
         "size": report["size_label"],
         "entries": report["entries"],
         "gate": None if not report.get("gate") else all(f["passed"] for f in report["gate"]),

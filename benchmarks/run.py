@@ -2,6 +2,7 @@
 
     python -m benchmarks.run --size 100k            # make bench SIZE=100k
     python -m benchmarks.run --size 20k --gate      # make bench-ci: exit 1 below a floor
+    python -m benchmarks.run --corpus realtext --size 1m   # make bench SIZE=1m CORPUS=realtext
 
 Everything is measured in one run on one copy of the generated catalog, so every
 ratio compares figures taken under the same machine load.  The exactness check is
@@ -30,9 +31,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks import corpus as corpora
 from benchmarks import gate as gate_floors
 from benchmarks.baselines import CardScan, MemoryScan, grep_available, grep_count, load_entries, naive_search
-from benchmarks.generate import DATA_DIR, cards_file, catalog_file, dataset, parse_size, size_label
+from benchmarks.generate import (
+    DATA_DIR,
+    TextChoice,
+    add_text_options,
+    cards_file,
+    catalog_file,
+    dataset,
+    parse_size,
+    size_label,
+    text_choice,
+)
 from benchmarks.measure import (
     REPO_ROOT,
     median,
@@ -44,10 +56,10 @@ from benchmarks.measure import (
     timed,
     wall_clock_of_process,
 )
-from benchmarks.queries import ABSENT_TOKEN, FIRST_QUERY_PROBES, SEARCH_MIX, CardQuery, Query, card_mix
+from benchmarks.queries import CardQuery, Query, card_mix
 from benchmarks.report import RESULTS_DIR, git_revision, markdown, write_outputs
 from benchmarks.snapshot import COMMAND_ENV, SHA_ENV, run_in_snapshot
-from memstore.sample.catalog import DEFAULT_SEED, DELETE_BRANCH, CatalogWriter, catalog_end_us
+from memstore.sample.catalog import DEFAULT_SEED, DELETE_BRANCH
 from memstore.sample.vocab import vocabulary
 
 LIMIT = 10
@@ -140,6 +152,8 @@ def cli_available() -> bool:
 class Options:
     size: int
     seed: int = DEFAULT_SEED
+    corpus: str = "generated"
+    text: TextChoice = field(default_factory=TextChoice)  # realtext: which installed source
     gate: bool = False
     repeats: int | None = None
     json_path: Path | None = None
@@ -187,6 +201,7 @@ class QueryResult:
         return {
             "category": self.query.category,
             "query": self.query.text,
+            "band": self.query.band,
             "hits": self.hits,
             "indexed_ms": self.indexed_ms,
             "scan_memory_ms": self.scan_memory_ms,
@@ -248,12 +263,14 @@ class Bench:
         self.metrics: dict[str, Any] = {}
         self.notes: list[str] = []
         self.mismatches: list[str] = []
-        self.results = [QueryResult(query) for query in SEARCH_MIX]
+        self.results: list[QueryResult] = []
         self.card_results: list[dict[str, Any]] = []
         self.phase_seconds: dict[str, float] = {}
         self.errors: list[str] = []
-        self.work_root = options.data_dir / "work" / f"{size_label(options.size)}-{os.getpid()}"
+        prefix = "" if options.corpus == "generated" else f"{options.corpus}-"
+        self.work_root = options.data_dir / "work" / f"{prefix}{size_label(options.size)}-{os.getpid()}"
         self.catalog: Any = None
+        self.corpus: corpora.Corpus | None = None
 
     # ------------------------------------------------------------------ set-up
 
@@ -261,11 +278,19 @@ class Bench:
     def jsonl(self) -> Path:
         return catalog_file(self.work_root)
 
+    @property
+    def mix(self) -> corpora.Corpus:
+        assert self.corpus is not None, "prepare() loads the corpus"
+        return self.corpus
+
     def prepare(self) -> None:
-        data = dataset("catalog", self.options.size, seed=self.options.seed, data_dir=self.options.data_dir)
+        opts = self.options
+        self.corpus = corpora.load(opts.corpus, opts.size, seed=opts.seed, data_dir=opts.data_dir, text=opts.text)
+        self.results = [QueryResult(query) for query in self.corpus.mix]
+        data = self.corpus.data
         if data.generate_seconds is not None:
             self.metrics["generate_seconds"] = data.generate_seconds
-            self.log(f"generated {size_label(data.size)} catalog in {data.generate_seconds:.1f} s")
+            self.log(f"generated {size_label(data.size)} {opts.corpus} catalog in {data.generate_seconds:.1f} s")
         _remove_stale_work(self.work_root.parent)
         if self.work_root.exists():
             shutil.rmtree(self.work_root)
@@ -324,6 +349,11 @@ class Bench:
             result.hits = scan.last_match_count
             if result.memory_ids != result.oracle_ids:
                 self.mismatches.append(f"in-memory scan disagrees with the naive scan: {result.query.text!r}")
+            expected = result.query.matches
+            if expected is not None and expected != result.hits:
+                self.mismatches.append(
+                    f"the mix counted {expected} matches for {result.query.text!r}, the scan {result.hits}"
+                )
 
     # ------------------------------------------------------------------ the index
 
@@ -334,7 +364,7 @@ class Bench:
         """Full build in a child process: the lazy build of a first query, then ``reindex(full=True)``."""
         self.log("full build in a child process")
         shutil.rmtree(self.index_dir(), ignore_errors=True)
-        child = run_python(BUILD_CHILD, str(self.work_root), ABSENT_TOKEN)
+        child = run_python(BUILD_CHILD, str(self.work_root), self.mix.absent)
         index_bytes = sum(child["files_build"].values())
         rebuilt_bytes = sum(child["files_rebuild"].values())
         m = self.metrics
@@ -357,7 +387,7 @@ class Bench:
 
     def first_queries(self) -> None:
         probes = {}
-        for text in FIRST_QUERY_PROBES:
+        for text in self.mix.probes:
             child = run_python(FIRST_QUERY_CHILD, str(self.work_root), text)
             probes[text] = {key: child[key] * 1000.0 for key in ("import_s", "open_s", "query_s")}
         self.metrics["first_query_fresh_process_ms"] = {text: p["query_s"] for text, p in probes.items()}
@@ -371,7 +401,7 @@ class Bench:
 
         opts = self.options
         self.catalog = MemoryCatalog(self.work_root)
-        self.catalog.search(ABSENT_TOKEN)  # open the index (or fill the scan cache)
+        self.catalog.search(self.mix.absent)  # open the index (or fill the scan cache)
         self.log(f"indexed search, {opts.index_repeats} warm runs per query")
         for result in self.results:
             found = self.catalog.search(result.query.text, limit=LIMIT)
@@ -389,10 +419,11 @@ class Bench:
 
     def nochange(self) -> None:
         search = self.catalog.search
+        absent = self.mix.absent
         for _ in range(50):
-            search(ABSENT_TOKEN)
+            search(absent)
         quiet_gc()
-        samples, _ = samples_of(lambda: search(ABSENT_TOKEN), NOCHANGE_CALLS)
+        samples, _ = samples_of(lambda: search(absent), NOCHANGE_CALLS)
         self.metrics["nochange_query_median_ms"] = _ms(median(samples))
         self.metrics["nochange_query_min_ms"] = _ms(min(samples))
         bare = self._bare_index_query()
@@ -414,7 +445,7 @@ class Bench:
         except sqlite3.Error as exc:
             self.notes.append(f"freshness overhead not measured: {exc}")
             return None
-        tokens = [ABSENT_TOKEN]
+        tokens = [self.mix.absent]
         return lambda: search_rows(conn, tokens, LIMIT, rows)
 
     def _verify(self, queries: Sequence[str], context: str) -> None:
@@ -425,7 +456,7 @@ class Bench:
                 self.mismatches.append(f"after {context}: indexed {got} != naive {expected} for {text!r}")
 
     def catchup(self) -> None:
-        writer = CatalogWriter(self.options.seed, stream="append", start_us=catalog_end_us(self.options.size))
+        writer = self.mix.writer("append")
         for count in self.options.catchup_sizes:
             rounds = CATCHUP_ROUNDS.get(count, 1)
             samples = []
@@ -442,14 +473,13 @@ class Bench:
             self.metrics[f"catchup_{count}_ms"] = _ms(median(samples))
             self.log(f"  catch-up after {count} lines: {_ms(median(samples)):.2f} ms (median of {rounds})")
         biggest = max(self.options.catchup_sizes)
-        self._verify([f"catchupmark{biggest}x0", "memory python", "the"], "catch-up")
+        self._verify([f"catchupmark{biggest}x0", *self.mix.verify_catchup], "catch-up")
         build = self.metrics.get("build_seconds")
         if build and "catchup_1_ms" in self.metrics:
             self.metrics["catchup_1_share_of_build"] = self.metrics["catchup_1_ms"] / (build * 1000.0)
 
     def adds(self) -> None:
-        writer = CatalogWriter(self.options.seed, stream="adds", start_us=catalog_end_us(self.options.size))
-        entries = writer.entries(self.options.add_count)
+        entries = self.mix.writer("adds").entries(self.options.add_count)
         add = self.catalog.add
         os.sync()  # earlier raw appends must not be flushed by (and charged to) the first fsync
         self.metrics["raw_fsync_per_s"] = self._raw_fsync_rate(min(500, self.options.add_count))
@@ -467,7 +497,7 @@ class Bench:
         self.metrics["add_median_ms"] = _ms(median(latencies))
         self.metrics["add_p95_ms"] = _ms(spread(latencies)["p95"])
         self.metrics["add_over_raw_fsync"] = self.metrics["add_per_s"] / self.metrics["raw_fsync_per_s"]
-        seconds, _ = timed(lambda: self.catalog.search(ABSENT_TOKEN))
+        seconds, _ = timed(lambda: self.catalog.search(self.mix.absent))
         self.metrics["query_after_adds_ms"] = _ms(seconds)
         m = self.metrics
         self.log(
@@ -502,9 +532,9 @@ class Bench:
         self.metrics["delete_branch_rows"] = deleted
         if deleted != expected:
             self.mismatches.append(f"delete_by_branch removed {deleted} entries, expected {expected}")
-        after, _ = timed(lambda: self.catalog.search(ABSENT_TOKEN))
+        after, _ = timed(lambda: self.catalog.search(self.mix.absent))
         self.metrics["query_after_delete_ms"] = _ms(after)
-        self._verify(["memory python", "caltrivo", "the"], "delete_by_branch")
+        self._verify(list(self.mix.verify_rewrite), "delete_by_branch")
         self.log(f"  delete_by_branch: {deleted} rows in {seconds:.2f} s; next query {_ms(after):.1f} ms")
 
     # ------------------------------------------------------------------ cards
@@ -575,7 +605,7 @@ class Bench:
                 module, runs=min(5, self.options.process_runs)
             )
         if cli_available():
-            argv = [python, "-m", "memstore", "search", "caltrivo", "--root", str(self.work_root)]
+            argv = [python, "-m", "memstore", "search", self.mix.cli_query, "--root", str(self.work_root)]
             samples = wall_clock_of_process(
                 argv, times=max(1, self.options.process_runs * 2 // 3), cwd=REPO_ROOT
             )
@@ -683,10 +713,13 @@ class Bench:
         sha, dirty = git_revision()
         report: dict[str, Any] = {
             "schema": 1,
+            "corpus": opts.corpus,
+            "result_name": f"{self.corpus.result_prefix if self.corpus else ''}{size_label(opts.size)}",
             "size_label": size_label(opts.size),
             "entries": opts.size,
             "jsonl_bytes": self.dataset_bytes,
             "seed": opts.seed,
+            "dataset": self.corpus.info if self.corpus else {},
             "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
             "git_sha": sha,
             "git_dirty": dirty,
@@ -744,6 +777,13 @@ def _without_option(argv: Sequence[str], option: str, value: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="100k", help="catalog entries: 10k, 20k, 100k, 1m or an integer")
+    parser.add_argument(
+        "--corpus",
+        choices=corpora.CORPORA,
+        default="generated",
+        help="generated (default) or realtext: the standard library's docstrings and comments",
+    )
+    add_text_options(parser)
     parser.add_argument("--gate", action="store_true", help="check the CI floors; exit 1 when one fails")
     parser.add_argument("--json", type=Path, dest="json_path", help="also write the JSON report here")
     parser.add_argument(
@@ -784,6 +824,8 @@ def main(argv: list[str] | None = None) -> int:
     options = Options(
         size=size,
         seed=args.seed,
+        corpus=args.corpus,
+        text=text_choice(args.text_sources, args.text_packages),
         gate=args.gate,
         repeats=args.repeats,
         json_path=args.json_path,

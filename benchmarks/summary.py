@@ -2,6 +2,7 @@
 
     python -m benchmarks.summary                 # 100k and 1m -> benchmarks/results/summary.md
     python -m benchmarks.summary 20k 100k 1m
+    python -m benchmarks.summary 100k realtext-100k   # the two corpora side by side
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ def load(results_dir: Path, label: str) -> dict[str, Any] | None:
     return report
 
 
+def _name(report: dict[str, Any]) -> str:
+    """``100k`` for the generated corpus, ``realtext-100k`` for the real-text one."""
+    return str(report.get("result_name", report["size_label"]))
+
+
 def side_by_side(reports: list[dict[str, Any]]) -> str:
-    header = " | ".join(f"{r['size_label']} entries" for r in reports)
+    header = " | ".join(f"{_name(r)} entries" for r in reports)
     lines = [
         f"| metric | {header} | target (1M) |",
         "|---|" + "---:|" * len(reports) + "---|",
@@ -44,7 +50,7 @@ def side_by_side(reports: list[dict[str, Any]]) -> str:
             state = " (uncommitted changes)"
         exact = "all results exact" if r.get("exact") and not r.get("errors") else "NOT EXACT / ERRORS"
         lines.append(
-            f"- {r['size_label']}: commit `{sha}`{state}, {r['timestamp']}, "
+            f"- {_name(r)}: commit `{sha}`{state}, {r['timestamp']}, "
             f"{r['jsonl_bytes'] / 1e6:.0f} MB JSONL, `{r['command']}`, {exact}."
         )
     return "\n".join(lines) + "\n"

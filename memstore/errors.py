@@ -53,6 +53,28 @@ class IndexUnavailableError(MemstoreError):
     """The derived index cannot be opened or refreshed; callers fall back to a scan."""
 
 
+class IndexUrlError(InvalidArgumentError):
+    """An index URL (``--index-url``, ``MEMSTORE_INDEX_URL``) that memstore cannot use.
+
+    Only PostgreSQL through psycopg 3 is supported; the message never holds a password.
+    """
+
+
+class IndexServerError(IndexUnavailableError):
+    """The PostgreSQL index server is down, unreachable or too slow to answer.
+
+    The message is one line and names the URL without its password.
+    """
+
+
+class IndexAuthError(IndexServerError):
+    """The server answered but refused this role: bad password, unknown role or database, no CONNECT."""
+
+
+class IndexExtensionError(IndexServerError):
+    """The server lacks what the index needs (``pg_trgm``, a recent enough PostgreSQL)."""
+
+
 def describe(exc: BaseException) -> str:
     """An exception as one line for a person or a model: never a traceback, never several lines.
 

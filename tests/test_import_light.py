@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ("sqlalchemy", "alembic", "watchdog", "click", "mcp", "mcp_types", "pydantic", "anyio")
+HEAVY = ("sqlalchemy", "alembic", "watchdog", "click", "mcp", "mcp_types", "pydantic", "anyio", "psycopg")
 
 PROBE = """
 import json, sys

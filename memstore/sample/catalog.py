@@ -65,7 +65,7 @@ def _below(rng: random.Random, n: int) -> int:
     return (rng.getrandbits(32) * n) >> 32
 
 
-class _Clock:
+class Clock:
     """created_at values: mostly increasing, many exact ties, about 1% back-dated."""
 
     def __init__(self, rng: random.Random, start_us: int) -> None:
@@ -103,7 +103,7 @@ class CatalogWriter:
     def __init__(self, seed: int, *, stream: str = "0", start_us: int = 0) -> None:
         self.vocab = vocabulary()
         self._rng = random.Random(f"catalog:{seed}:{stream}")
-        self._clock = _Clock(self._rng, start_us)
+        self._clock = Clock(self._rng, start_us)
         self._run_id = uuid_hex(self._rng)
         self._words_per_char = 1.0 / (self.vocab.mean_word_chars + 1.0)
 
