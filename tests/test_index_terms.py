@@ -10,12 +10,17 @@ from hypothesis import strategies as st
 
 from memstore.catalog import MemoryCatalog
 from memstore.index.terms import (
+    ENDS,
+    INSIDE,
     LONG_RUN_CHARS,
     MARK_CHARS,
+    STARTS,
+    WHOLE,
     gram_text,
     has_long_run,
     is_whole_piece,
     marks_text,
+    piece_parts,
     pieces,
     text_terms,
     token_marks,
@@ -55,6 +60,14 @@ def test_a_token_in_a_text_has_every_piece_inside_a_term_and_every_mark(text: st
         terms = text_terms(text)
         assert all(any(piece in term for term in terms) for piece in pieces(word))
         assert set(token_marks(word)) <= set(marks_text(text).split())
+        for piece, position in piece_parts(word):
+            holders = [term for term in terms if piece in term]
+            if position == WHOLE:
+                assert piece in terms
+            elif position == STARTS:
+                assert any(term.startswith(piece) for term in holders)
+            elif position == ENDS:
+                assert any(term.endswith(piece) for term in holders)
 
 
 @settings(max_examples=500, deadline=None)
@@ -69,7 +82,9 @@ def test_pieces_and_marks_of_tokens() -> None:
     assert pieces("a-b-a") == ("a", "b")
     assert pieces("->") == ()
     assert token_marks('"memory"') == ("x22",)
-    assert token_marks("a->b") == ("x2d", "x3e")
+    assert token_marks("a->b") == ("x2d", "x2dx3e", "x3e")  # each mark, and the pair side by side
+    assert piece_parts("z.d") == (("z", ENDS), ("d", STARTS))
+    assert piece_parts("__new__") == (("new", WHOLE),) and piece_parts("plain") == (("plain", INSIDE),)
     assert not is_whole_piece("src/") and is_whole_piece("straße")
 
 
@@ -77,12 +92,13 @@ def test_marks_are_the_ascii_separators_a_token_can_hold() -> None:
     assert "\x00" not in MARK_CHARS and " " not in MARK_CHARS and "\x1c" not in MARK_CHARS
     assert {"-", "_", ".", '"', "\x01", "\x7f"} <= MARK_CHARS
     assert marks_text("a-b é\u3000c \"q\" \x01") == "x01 x22 x2d"
+    assert marks_text("f('x')") == "x27 x27x29 x28 x28x27 x29"
     assert marks_text("") == "" and marks_text("plain words") == ""
 
 
 def test_grams_find_a_term_by_any_one_or_two_characters() -> None:
     grams = set(gram_text("abcé").split())
-    assert grams == {"a", "b", "c", "é", "ab", "bc", "cé"}
+    assert grams == {"a", "b", "c", "é", "ab", "bc", "cé", "aqs", "abqs", "éqe", "céqe"}
 
 
 def test_long_runs_are_found_whatever_their_characters() -> None:

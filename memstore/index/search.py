@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from memstore.index.db import IndexBusyError
-from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet, pieces, token_marks
+from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet, piece_parts, token_marks
 from memstore.models import CONTENT_POINTS, TAG_POINTS, Descending
 
 CANDIDATE_CAP = 1000
@@ -56,7 +56,13 @@ larger one is walked, which reads only the rows that can still enter the top k."
 SET_ROWS = 10_000
 """Word-index sets of at most this many rows are fetched by the narrow step, or become filters
 of the walk: rows outside them are skipped on the index alone, without reading the row."""
+FILTER_ROWS = 60_000
+"""Tokens whose rows are at most this many become filters of the walk (built once, in C, about a
+tenth of a µs a row): rows outside them are skipped on the index, without reading the row."""
 MAX_FILTERS = 3
+EXPAND_COST = 2_000_000
+"""Word-index work (rows times terms of each OR) an expansion of both columns may cost: an OR of
+many terms is evaluated row by row over all its terms, so a common piece is not worth it."""
 AND_ROWS = 150_000
 """Tokens whose terms cover at most this many rows are intersected by the word index when no
 single one is rare: the intersection costs about a tenth of a microsecond a row."""
@@ -269,8 +275,11 @@ class SearchQueries(Protocol):
     filtered: bool
     """A filter restricts the rows (``restricted`` may then narrow to them)."""
 
-    def lookup(self, piece: str, cap: int) -> tuple[TermSet, TermSet]:
-        """The content and tag terms containing ``piece`` (None terms when more than ``cap``)."""
+    def lookup(self, piece: str, position: str, cap: int) -> tuple[TermSet, TermSet]:
+        """The content and tag terms holding ``piece`` at ``position`` (None terms when more than ``cap``).
+
+        A superset is allowed (every candidate row is checked exactly); a term missing is not.
+        """
         ...
 
     def mark(self, code: str, kind: int) -> TermSet:
@@ -393,7 +402,7 @@ class Planner:
         return top.result()
 
     def _token_terms(self, token: str, multiplicity: int) -> TokenTerms:
-        found = [self._lookup(piece) for piece in pieces(token)]
+        found = [self._lookup(piece, position) for piece, position in piece_parts(token)]
         columns = []
         for index, kind in enumerate((CONTENT, TAGS)):
             parts = [(kind, sets[index]) for sets in found]
@@ -451,7 +460,7 @@ class Planner:
         """Word-index sets a walk tests rows against before reading them: the rare tokens' rows."""
         if self.narrowed is not None:
             return [self.narrowed[0]]
-        return [whole for rows, _index, whole in self._known() if rows <= SET_ROWS][:MAX_FILTERS]
+        return [whole for rows, _index, whole in self._known() if rows <= FILTER_ROWS][:MAX_FILTERS]
 
     def _expand_column(self, found: TokenTerms, kind: int) -> set[int] | None:
         """The rows holding the token in this column when few (empty when it cannot be there)."""
@@ -467,6 +476,9 @@ class Planner:
         content, tags = found.content.match, found.tags.match
         if content is None or tags is None or term_count(content) + term_count(tags) > MATCH_TERMS:
             return None
+        cost = found.content.rows * term_count(content) + found.tags.rows * term_count(tags)
+        if cost > EXPAND_COST:
+            return None
         return self._both_ids(found.token, AllOf((content, tags)))
 
     def _fallback_match(self) -> Match | None:
@@ -478,8 +490,8 @@ class Planner:
 
     # ------------------------------------------------------------------ steps (traced from outside)
 
-    def _lookup(self, piece: str) -> tuple[TermSet, TermSet]:
-        return self.q.lookup(piece, TERM_CAP)
+    def _lookup(self, piece: str, position: str) -> tuple[TermSet, TermSet]:
+        return self.q.lookup(piece, position, TERM_CAP)
 
     def _mark(self, code: str, kind: int) -> TermSet:
         return self.q.mark(code, kind)

@@ -31,7 +31,7 @@ from memstore.index.search import (
     sql_tokens,
 )
 from memstore.index.sqltext import sql_safe
-from memstore.index.terms import CONTENT, TAGS, TermSet
+from memstore.index.terms import CONTENT, END, ENDS, INSIDE, START, STARTS, TAGS, WHOLE, TermSet
 from memstore.models import CONTENT_POINTS, TAG_POINTS
 
 
@@ -43,12 +43,21 @@ def balanced(terms: Sequence[str], operator: str) -> str:
     return f"({balanced(terms[:middle], operator)} {operator} {balanced(terms[middle:], operator)})"
 
 
-def gram_query(piece: str, kind: int) -> str:
-    """The term_tri / term_gram query finding the terms of one column that may contain ``piece``."""
+def gram_query(piece: str, kind: int, position: str) -> str:
+    """The term_tri / term_gram query finding the terms of one column that may hold ``piece`` there."""
     if len(piece) >= 3:
         grams = dict.fromkeys(piece[i : i + 3] for i in range(len(piece) - 2))
         return f"{COLUMN[kind]} : (" + " AND ".join(quoted(gram) for gram in grams) + ")"
-    return f"{COLUMN[kind]} : {quoted(piece)}"
+    suffix = {STARTS: START, ENDS: END}.get(position, "")
+    return f"{COLUMN[kind]} : {quoted(piece + suffix)}"
+
+
+POSITION_SQL = {
+    INSIDE: "instr(v.text, :piece) > 0",
+    STARTS: "instr(v.text, :piece) = 1",
+    ENDS: "substr(v.text, -length(:piece)) = :piece",
+}
+"""The exact check of a term found by its grams, for each place the piece must take in it."""
 
 
 class SqliteSearch:
@@ -84,16 +93,19 @@ class SqliteSearch:
 
     # ------------------------------------------------------------------ the word index
 
-    def lookup(self, piece: str, cap: int) -> tuple[TermSet, TermSet]:
-        return self._terms(piece, CONTENT, cap), self._terms(piece, TAGS, cap)
+    def lookup(self, piece: str, position: str, cap: int) -> tuple[TermSet, TermSet]:
+        return self._terms(piece, position, CONTENT, cap), self._terms(piece, position, TAGS, cap)
 
-    def _terms(self, piece: str, kind: int, cap: int) -> TermSet:
+    def _terms(self, piece: str, position: str, kind: int, cap: int) -> TermSet:
+        if position == WHOLE:
+            row = self.conn.execute("SELECT n FROM term WHERE kind = ? AND text = ?", (kind, piece)).fetchone()
+            return TermSet((), 0) if row is None else TermSet((piece,), int(row[0]))
         table = "term_tri" if len(piece) >= 3 else "term_gram"
         # CROSS JOIN keeps SQLite from scanning the vocabulary and probing the FTS table per term.
         rows = self.conn.execute(
             f"SELECT v.text, v.n FROM {table} CROSS JOIN term v ON v.id = {table}.rowid"
-            f" WHERE {table} MATCH ? AND instr(v.text, ?) > 0 LIMIT ?",
-            (gram_query(piece, kind), piece, cap + 1),
+            f" WHERE {table} MATCH :query AND {POSITION_SQL[position]} LIMIT :cap",
+            {"query": gram_query(piece, kind, position), "piece": piece, "cap": cap + 1},
         ).fetchall()
         if len(rows) > cap:
             return TermSet(None, sum(n for _text, n in rows))

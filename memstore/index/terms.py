@@ -26,6 +26,7 @@ tail, so rows holding a run that long are kept out of SQL like the other odd row
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -72,9 +73,20 @@ _DROP_ALL_BUT_MARKS = {code: None for code in range(128) if chr(code) not in MAR
 """str.translate table keeping marks (and non-ASCII): much faster than a set of every character."""
 
 
+_MARK_RUN = re.compile("[" + re.escape("".join(sorted(MARK_CHARS))) + "]{2,}")
+
+
+def _marks(text: str, kept: set[str]) -> list[str]:
+    """Mark terms: each distinct mark, and each distinct pair of marks side by side (``'(`` in ``'('``)."""
+    found = set(map(_MARK_TERM.__getitem__, kept))
+    for run in _MARK_RUN.findall(text):
+        found.update(_MARK_TERM[a] + _MARK_TERM[b] for a, b in itertools.pairwise(run))
+    return sorted(found)
+
+
 def token_marks(token: str) -> tuple[str, ...]:
-    """The marks every occurrence of a token brings with it."""
-    return tuple(sorted(map(_MARK_TERM.__getitem__, set(token) & MARK_CHARS)))
+    """The marks every occurrence of a token brings with it (single marks and adjacent pairs)."""
+    return tuple(_marks(token, set(token) & MARK_CHARS))
 
 
 def marks_text(text: str) -> str:
@@ -82,14 +94,45 @@ def marks_text(text: str) -> str:
     kept = set(text.translate(_DROP_ALL_BUT_MARKS))
     if not text.isascii():
         kept &= MARK_CHARS
-    return " ".join(sorted(map(_MARK_TERM.__getitem__, kept)))
+    return " ".join(_marks(text, kept))
+
+
+START = "qs"
+END = "qe"
+"""Suffixes of the gram terms saying a gram starts or ends a term (``zq`` starting one: ``zqqs``).
+Plain grams have one or two characters, so these (three or four) never collide with them."""
 
 
 def gram_text(term: str) -> str:
-    """The 1- and 2-character substrings of a term, space-separated: what finds it by a short piece."""
+    """The 1- and 2-character substrings of a term, and those it starts and ends with, space-separated:
+    what finds it by a short piece (``z.d`` needs a term ending in ``z`` and one starting with ``d``)."""
     grams = set(term)
     grams.update(term[i : i + 2] for i in range(len(term) - 1))
+    grams.update((term[:1] + START, term[:2] + START, term[-1:] + END, term[-2:] + END))
     return " ".join(grams)
+
+
+INSIDE = "inside"
+STARTS = "starts"
+ENDS = "ends"
+WHOLE = "whole"
+"""Where a piece must lie in a term: anywhere, at its start (a separator before the piece in the
+token), at its end (a separator after), or the whole term (both)."""
+
+
+def piece_parts(token: str) -> tuple[tuple[str, str], ...]:
+    """Each piece of the token with where it must lie in the term holding it, distinct, in token order.
+
+    A separator next to a piece in the token is next to it in the text too, and a term
+    never extends past a separator: so ``z.d`` needs a term ending with ``z`` and one
+    starting with ``d``, and ``__new__`` the term ``new`` itself.
+    """
+    parts: dict[tuple[str, str], None] = {}
+    for found in PIECE.finditer(token):
+        before, after = found.start() > 0, found.end() < len(token)
+        position = WHOLE if before and after else STARTS if before else ENDS if after else INSIDE
+        parts[(found.group(), position)] = None
+    return tuple(parts)
 
 
 CONTENT = 0

@@ -153,9 +153,10 @@ class TracedPlanner(Planner):
         self.trace = trace
         self._phase = "narrow"
 
-    def _lookup(self, piece: str) -> tuple[TermSet, TermSet]:
-        with self.trace.timed("terms", f"terms containing {piece!r}") as step:
-            content, tags = super()._lookup(piece)
+    def _lookup(self, piece: str, position: str) -> tuple[TermSet, TermSet]:
+        where = {"inside": "containing", "starts": "starting with", "ends": "ending with", "whole": "equal to"}
+        with self.trace.timed("terms", f"terms {where[position]} {piece!r}") as step:
+            content, tags = super()._lookup(piece, position)
             step.candidates = sum(len(found.terms) for found in (content, tags) if found.terms is not None)
             step.outcome = "; ".join(
                 f"{name}: {_terms_outcome(found)}" for name, found in (("content", content), ("tags", tags))
