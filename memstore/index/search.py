@@ -50,7 +50,7 @@ from memstore.models import CONTENT_POINTS, TAG_POINTS, Descending
 CANDIDATE_CAP = 1000
 """Sets of candidate rows up to this size are fetched and scored outright (each costs a read of
 its row, a few µs); larger ones are left to the walk, whose cost does not grow with the catalog."""
-DIRECT_ROWS = 1000
+DIRECT_ROWS = 2000
 """A narrowed set of exact matches up to this size is scored outright (a read of each row); a
 larger one is walked, which reads only the rows that can still enter the top k."""
 SET_ROWS = 10_000
@@ -78,6 +78,9 @@ PROGRESS_OPS = 200
 WALK_SECONDS = 0.015
 """How long the walk may run before a cheaper exact pass is considered.  Either path
 gives the exact answer; the budget only decides which one is taken."""
+ROW_SECONDS = 3e-6
+"""About what scoring one row outright costs (reading it): the walk over a narrowed set gets that
+much time per row before the set is scored outright instead."""
 FALLBACK_CAP = 30_000
 """An interrupted walk scores the word-index candidates outright when there are fewer than this:
 a walk that did not stop early may read every row, far more than these."""
@@ -383,6 +386,11 @@ class Planner:
             elif tags is not None:
                 expanded |= tags
                 ceiling += CONTENT_POINTS * found.multiplicity
+            elif self.narrowed is not None:
+                # Rows reaching the ceiling (this token in both columns) are rare, so a walk would
+                # read most of the narrowed set: scoring all of it costs no more, and is bounded.
+                top.offer_all(self._score_match(*self.narrowed))
+                return top.result()
             else:
                 both = self._expand_both(found)
                 if both is not None:
@@ -534,8 +542,10 @@ class Planner:
         filters = self._filters()
         # The (bonus, created_at, id) of the last row taken: a resumed walk starts just after it.
         reached: list[tuple[int, str, int]] = []
+        # Over a narrowed set the walk gets about the time scoring the whole set would take.
+        budget = WALK_SECONDS if self.narrowed is None else min(WALK_SECONDS, self.narrowed[1] * ROW_SECONDS)
         try:
-            self._walk_rows(filters, None, WALK_SECONDS, ceiling, expanded, top, reached)
+            self._walk_rows(filters, None, budget, ceiling, expanded, top, reached)
             return
         except WalkInterrupted:
             pass
