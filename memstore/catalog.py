@@ -30,13 +30,12 @@ from memstore.files import (
     MAX_LINE_BYTES,
     PRIVATE_FILE_MODE,
     FileLock,
-    append_line,
     atomic_write,
-    cut_torn_tail,
     iter_raw_lines,
     open_for_read,
     remove_stale_temps,
 )
+from memstore.group_commit import GroupCommit, PendingAppend
 from memstore.id_prefix import (
     SHORT_ID_MIN,
     SHOWN_CANDIDATES,
@@ -116,6 +115,10 @@ class MemoryCatalog:
         self.readonly = readonly
         self.private = private
         self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
+        self._commits = {
+            self.path: GroupCommit(self.path, mode=self._file_mode),
+            self.quarantine_path: GroupCommit(self.quarantine_path, mode=self._file_mode),
+        }
         self._scan = ScanCache(self.path)
         self._quarantine_scan = ScanCache(self.quarantine_path)
         self._use_index = use_index
@@ -158,9 +161,7 @@ class MemoryCatalog:
         """Append one entry durably; the returned entry is on disk when this returns."""
         self._require_writable("add memory")
         entry = self._new_entry(content, tags, branch_name, run_id)
-        line = _readable(encode_entry(entry))
-        with self._lock():
-            self._append(self.path, line)
+        self._append_durably(self.path, _readable(encode_entry(entry)))
         return entry
 
     def add_quarantined(
@@ -177,21 +178,27 @@ class MemoryCatalog:
         if not isinstance(provenance, Mapping):
             raise ArgumentTypeError(f"provenance must be a dict, not {type(provenance).__name__}")
         entry = self._new_entry(content, tags, branch_name, run_id)
-        line = _readable(encode_entry(entry, quarantine=True, provenance=dict(provenance)))
-        with self._lock():
-            self._append(self.quarantine_path, line)
+        self._append_durably(
+            self.quarantine_path, _readable(encode_entry(entry, quarantine=True, provenance=dict(provenance)))
+        )
         return entry
 
-    def _append(self, path: Path, lines: bytes) -> None:
-        """Append whole lines (caller holds the lock), first setting aside a torn last line.
+    def _append_durably(self, path: Path, lines: bytes) -> None:
+        """Append under the writer lock, then wait for durability after releasing it.
 
-        A writer killed mid-append leaves a fragment without a newline; appending after
-        it would bury a corrupt line in the middle of the file for every reader.
+        Waiting outside the lock lets the appends of other writers queue up behind
+        one fsync (group commit, :mod:`memstore.group_commit`).  A torn last line left
+        by a writer killed mid-append is set aside first: appending after it would bury
+        a corrupt line in the middle of the file for every reader.
         """
-        aside = cut_torn_tail(path, is_whole=_is_whole_line)
-        if aside is not None:
-            log.warning("set aside a torn last line of %s in %s", path, aside)
-        append_line(path, lines, mode=self._file_mode)
+        pending: PendingAppend | None = None
+        try:
+            with self._lock():
+                pending = self._commits[path].append(lines, is_whole=_is_whole_line)
+            pending.commit()
+        finally:
+            if pending is not None:
+                pending.close()
 
     def delete_by_branch(self, branch_name: str) -> int:
         self._require_writable("delete memory")
@@ -228,7 +235,9 @@ class MemoryCatalog:
                 )
                 for entry in entries
             )
-            self._append(self.quarantine_path, lines)
+            # Durable before memory.jsonl is replaced (under the writer lock): never in neither file.
+            with self._commits[self.quarantine_path].append(lines, is_whole=_is_whole_line) as pending:
+                pending.commit()
 
         return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name, before=move))
 
@@ -257,7 +266,7 @@ class MemoryCatalog:
         self._index_for_rewrite()
         with self._lock():
             remove_stale_temps(self.path)
-            cut_torn_tail(self.path, is_whole=_is_whole_line)
+            self._commits[self.path].cut_torn_tail(is_whole=_is_whole_line)
             index = self._index_for_rewrite()
             fd = open_for_read(self.path)
             if fd is None:

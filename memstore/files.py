@@ -195,7 +195,8 @@ class FileLock:
             os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte (``os.write`` may be short)."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
@@ -210,7 +211,7 @@ class AppendResult:
     end: int
 
 
-def _open_for_append(path: Path, mode: int) -> tuple[int, bool]:
+def open_for_append(path: Path, mode: int) -> tuple[int, bool]:
     """Open (or create) a regular file for appending; True when this call created it."""
     flags = os.O_RDWR | os.O_APPEND
     while True:
@@ -237,7 +238,7 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
     if not line.endswith(b"\n"):
         line += b"\n"
     try:
-        fd, created = _open_for_append(path, mode)
+        fd, created = open_for_append(path, mode)
     except StorageError:
         raise
     except OSError as exc:
@@ -248,7 +249,7 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
             line = b"\n" + line
         glued = line.startswith(b"\n") and size > 0
         try:
-            _write_all(fd, line)
+            write_all(fd, line)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
@@ -267,55 +268,42 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
         os.close(fd)
 
 
-def cut_torn_tail(path: Path, *, is_whole: Callable[[bytes], bool]) -> Path | None:
-    """Set aside an unterminated last line that ``is_whole`` rejects (a write cut short by a crash).
+def torn_tail_start(fd: int, size: int, *, is_whole: Callable[[bytes], bool]) -> int | None:
+    """Where an unterminated last line that ``is_whole`` rejects begins (a write cut short by a crash).
 
-    The caller holds the file group's lock.  Without this, the next append would
-    turn the fragment into a corrupt line in the middle of the file.  The fragment
-    is copied durably to ``<name>.torn-<ns>`` beside the file (never lost) before the
-    file is truncated to its last newline.  A tail that parses, and one longer than
-    MAX_LINE_BYTES (readers skip it anyway), is left alone.  Returns the copy's path.
+    ``None`` when the file ends with a newline, when the tail parses, and when it is
+    longer than MAX_LINE_BYTES (readers skip it anyway).  The caller holds the file
+    group's lock and sets the tail aside (:func:`keep_torn_tail`) before truncating it:
+    appending after it would bury a corrupt line in the middle of the file.
     """
-    try:
-        fd = open_regular(path, os.O_RDWR)
-    except FileNotFoundError:
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return None
-    except StorageError:
-        raise
-    except OSError as exc:
-        raise storage_error("open", path, exc) from exc
+    start = 0
+    pos = size
+    while pos > 0 and size - pos <= MAX_LINE_BYTES:
+        chunk_start = max(0, pos - READ_CHUNK)
+        newline = os.pread(fd, pos - chunk_start, chunk_start).rfind(b"\n")
+        if newline >= 0:
+            start = chunk_start + newline + 1
+            break
+        pos = chunk_start
+    if size - start > MAX_LINE_BYTES:
+        return None
+    if is_whole(os.pread(fd, size - start, start)):
+        return None
+    return start
+
+
+def keep_torn_tail(path: Path, fd: int, start: int, size: int) -> Path:
+    """Copy bytes ``[start, size)`` durably to ``<name>.torn-<ns>`` beside the file (never lost)."""
+    aside = path.with_name(f"{path.name}.torn-{time.time_ns()}")
     try:
-        size = os.fstat(fd).st_size
-        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-            return None
-        start = 0
-        pos = size
-        while pos > 0 and size - pos <= MAX_LINE_BYTES:
-            chunk_start = max(0, pos - READ_CHUNK)
-            newline = os.pread(fd, pos - chunk_start, chunk_start).rfind(b"\n")
-            if newline >= 0:
-                start = chunk_start + newline + 1
-                break
-            pos = chunk_start
-        if size - start > MAX_LINE_BYTES:
-            return None
         tail = os.pread(fd, size - start, start)
-        if is_whole(tail):
-            return None
-        aside = path.with_name(f"{path.name}.torn-{time.time_ns()}")
-        atomic_write(aside, tail, mode=os.fstat(fd).st_mode & 0o777)
-        try:
-            os.ftruncate(fd, start)
-            os.fsync(fd)
-        except OSError as exc:
-            raise storage_error("truncate the torn last line of", path, exc) from exc
-        return aside
-    except StorageError:
-        raise
+        mode = os.fstat(fd).st_mode & 0o777
     except OSError as exc:
         raise storage_error("read the last line of", path, exc) from exc
-    finally:
-        os.close(fd)
+    atomic_write(aside, tail, mode=mode)
+    return aside
 
 
 def fsync_dir(directory: Path) -> None:
@@ -337,6 +325,11 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
     replace), which the index records so it can recognise its own rewrite.  Anything
     but a regular file at ``path`` (a symbolic link above all) is refused, not replaced.
     """
+    return _replace_with(path, lambda fd: write_all(fd, data), mode=mode)
+
+
+def _replace_with(path: Path, fill: Callable[[int], None], *, mode: int | None) -> os.stat_result:
+    """Write a unique temp file beside ``path`` with ``fill``, fsync it, rename it over ``path``, fsync the folder."""
     try:
         current: os.stat_result | None = os.lstat(path)
     except FileNotFoundError:
@@ -354,7 +347,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
         raise storage_error("create temp file for", path, exc) from exc
     try:
         try:
-            _write_all(fd, data)
+            fill(fd)
             os.fsync(fd)
             written = os.fstat(fd)
         finally:
@@ -364,6 +357,10 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise storage_error("rewrite", path, exc) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     try:
         fsync_dir(path.parent)
     except OSError as exc:
