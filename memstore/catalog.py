@@ -24,16 +24,17 @@ from memstore.errors import (
     IndexUnavailableError,
     InvalidArgumentError,
     ReadonlyError,
+    StorageError,
 )
 from memstore.files import (
     DEFAULT_FILE_MODE,
     MAX_LINE_BYTES,
     PRIVATE_FILE_MODE,
     FileLock,
-    atomic_write,
-    iter_raw_lines,
+    atomic_copy,
     open_for_read,
     remove_stale_temps,
+    storage_error,
 )
 from memstore.group_commit import GroupCommit, PendingAppend
 from memstore.id_prefix import (
@@ -48,9 +49,10 @@ from memstore.id_prefix import (
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.index.db import IndexBusyError, IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
-from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
+from memstore.jsonl import encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import ensure_store, store_dir
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
+from memstore.rewrite_scan import scan_for_removal
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
 log = logging.getLogger(__name__)
@@ -203,12 +205,12 @@ class MemoryCatalog:
     def delete_by_branch(self, branch_name: str) -> int:
         self._require_writable("delete memory")
         _require_str("branch_name", branch_name)
-        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name))
+        return len(self._rewrite_without("branch_name", branch_name))
 
     def delete_by_run_id(self, run_id: str) -> int:
         self._require_writable("delete memory")
         _require_str("run_id", run_id)
-        return len(self._rewrite_without(lambda entry: entry.run_id == run_id, hint=run_id))
+        return len(self._rewrite_without("run_id", run_id))
 
     def quarantine_by_branch(self, branch_name: str, reason: str) -> int:
         """Move a branch's entries to quarantine: appended there first, then removed here.
@@ -239,27 +241,22 @@ class MemoryCatalog:
             with self._commits[self.quarantine_path].append(lines, is_whole=_is_whole_line) as pending:
                 pending.commit()
 
-        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name, before=move))
+        return len(self._rewrite_without("branch_name", branch_name, before=move))
 
     def _rewrite_without(
         self,
-        predicate: Callable[[MemoryEntry], bool],
+        key: str,
+        value: str,
         *,
-        hint: str,
         before: Callable[[builtins.list[MemoryEntry]], None] | None = None,
     ) -> builtins.list[MemoryEntry]:
-        """Rewrite memory.jsonl without matching entries, keeping every other line byte for byte.
+        """Rewrite memory.jsonl without the entries whose ``key`` equals ``value``; returns them.
 
-        Lines that do not parse are kept (they are someone's data); blank lines are dropped.
-        The index follows the rewrite in the same locked operation instead of rebuilding.
-        ``hint`` is the string value the predicate looks for: a line with no backslash
-        holds every string literally, so unless it contains the hint's UTF-8 bytes it
-        cannot match and is kept without being parsed.
+        Every other line is kept byte for byte (lines that do not parse are someone's
+        data); blank lines are dropped.  ``before`` runs under the lock ahead of the
+        replace (quarantine appends the entries there first).  The index follows the
+        rewrite in the same locked operation (``RewritePlan``) instead of rebuilding.
         """
-        try:
-            needle: bytes | None = hint.encode("utf-8")
-        except UnicodeEncodeError:
-            needle = None  # only a line with escapes can hold a lone surrogate
         # Catch the index up before taking the writer lock: indexing what others appended
         # can take long on a big file, and every add would wait behind it.  Under the lock
         # only what was appended in between is left to index.
@@ -271,43 +268,29 @@ class MemoryCatalog:
             fd = open_for_read(self.path)
             if fd is None:
                 return []
-            removed: builtins.list[MemoryEntry] = []
-            removed_starts: set[int] = set()
-            dropped: builtins.list[tuple[int, int]] = []
-            kept: builtins.list[bytes] = []
             try:
                 stat_before = os.fstat(fd)
-                for raw in iter_raw_lines(fd, stop=stat_before.st_size):
-                    if raw.data is None:
-                        kept.append(os.pread(fd, raw.end - raw.start, raw.start).rstrip(b"\n"))
-                        continue
-                    if is_blank(raw.data):
-                        dropped.append((raw.start, raw.end - raw.start))
-                        continue
-                    if b"\\" not in raw.data and (needle is None or needle not in raw.data):
-                        kept.append(raw.data)
-                        continue
-                    entry = decode_entry(raw.data)
-                    if entry is not None and predicate(entry):
-                        removed.append(entry)
-                        removed_starts.add(raw.start)
-                        dropped.append((raw.start, raw.end - raw.start))
-                    else:
-                        kept.append(raw.data)
+                scan = scan_for_removal(fd, stat_before.st_size, key=key, value=value)
+                if not scan.removed:
+                    return []
+                if before is not None:
+                    before(scan.removed)
+                stat_after = atomic_copy(self.path, fd, scan.kept, tail=scan.tail)
+            except OSError as exc:
+                if isinstance(exc, StorageError):
+                    raise
+                raise storage_error("rewrite", self.path, exc) from exc
             finally:
                 os.close(fd)
-            if not removed:
-                return []
-            if before is not None:
-                before(removed)
-            stat_after = atomic_write(self.path, b"".join(line + b"\n" for line in kept))
             if index is not None:
-                plan = RewritePlan(before=stat_before, removed=frozenset(removed_starts), dropped=tuple(dropped))
+                plan = RewritePlan(
+                    before=stat_before, removed=frozenset(scan.removed_starts), dropped=tuple(scan.dropped)
+                )
                 try:
                     index.apply_rewrite(plan, stat_after)
                 except IndexUnavailableError as exc:
                     log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
-            return removed
+            return scan.removed
 
     def _index_for_rewrite(self) -> CatalogIndex | None:
         """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""

@@ -346,11 +346,20 @@ def test_failed_fsync_of_an_add_is_not_acknowledged(tmp_path: Path, monkeypatch:
     assert catalog.list(limit=1)[0].content == "next"
 
 
-def test_enospc_keeps_its_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+class NoKernelCopyOS(FaultyOS):
+    """A file system without ``copy_file_range``: rewrites fall back to reads and writes."""
+
+    def copy_file_range(self, *args: Any, **kwargs: Any) -> int:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+
+@pytest.mark.parametrize("failing", ["copy_file_range", "write"])
+def test_enospc_keeps_its_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
     catalog = MemoryCatalog(tmp_path)
     catalog.add("a", branch_name="b")
     catalog.add("kept", branch_name="c")
-    for _ in _faulted(monkeypatch, FaultyOS("write", 1, errno.ENOSPC, persistent=True)):
+    stand_in = FaultyOS if failing == "copy_file_range" else NoKernelCopyOS
+    for _ in _faulted(monkeypatch, stand_in(failing, 1, errno.ENOSPC, persistent=True)):
         with pytest.raises(StorageError) as caught:
             catalog.delete_by_branch("b")
     assert caught.value.errno == errno.ENOSPC
