@@ -254,8 +254,9 @@ class MemoryCatalog:
 
         Every other line is kept byte for byte (lines that do not parse are someone's
         data); blank lines are dropped.  ``before`` runs under the lock ahead of the
-        replace (quarantine appends the entries there first).  The index follows the
-        rewrite in the same locked operation (``RewritePlan``) instead of rebuilding.
+        replace (quarantine appends the entries there first).  The index is told what
+        moved (``RewritePlan``) after the writer lock is released, so writers queued
+        behind the rewrite wait for the file work only.
         """
         # Catch the index up before taking the writer lock: indexing what others appended
         # can take long on a big file, and every add would wait behind it.  Under the lock
@@ -282,15 +283,13 @@ class MemoryCatalog:
                 raise storage_error("rewrite", self.path, exc) from exc
             finally:
                 os.close(fd)
-            if index is not None:
-                plan = RewritePlan(
-                    before=stat_before, removed=frozenset(scan.removed_starts), dropped=tuple(scan.dropped)
-                )
-                try:
-                    index.apply_rewrite(plan, stat_after)
-                except IndexUnavailableError as exc:
-                    log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
-            return scan.removed
+        if index is not None:
+            plan = RewritePlan(before=stat_before, removed=frozenset(scan.removed_starts), dropped=tuple(scan.dropped))
+            try:
+                index.apply_rewrite(plan, stat_after)
+            except IndexUnavailableError as exc:
+                log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
+        return scan.removed
 
     def _index_for_rewrite(self) -> CatalogIndex | None:
         """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""

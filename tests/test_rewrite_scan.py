@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 import memstore.files
 from memstore.catalog import MemoryCatalog
 from memstore.files import iter_raw_lines
+from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry
 from memstore.rewrite_scan import RemovalScan, scan_for_removal
@@ -153,4 +155,37 @@ def test_a_rewrite_copies_the_kept_lines_byte_for_byte(tmp_path: Path) -> None:
         line + b"\n" for line in before.split(b"\n") if line.strip() and b'"branch_name": "gone"' not in line
     )
     assert catalog.path.read_bytes() == expected
+    assert catalog.check_index()["equal"]
+
+
+def test_an_add_does_not_wait_for_the_index_to_follow_a_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(20):
+        catalog.add(f"entry {n}", branch_name="gone" if n % 2 else "stay")
+    catalog.list(limit=1)  # the index exists, so the rewrite follows it
+    following, release = threading.Event(), threading.Event()
+    real_apply = CatalogIndex.apply_rewrite
+
+    def slow_apply(self: CatalogIndex, plan: RewritePlan, after: os.stat_result) -> bool:
+        following.set()
+        release.wait(60)
+        return real_apply(self, plan, after)
+
+    monkeypatch.setattr(CatalogIndex, "apply_rewrite", slow_apply)
+    rewrite = threading.Thread(target=catalog.delete_by_branch, args=("gone",))
+    rewrite.start()
+    try:
+        assert following.wait(60)
+        added = threading.Thread(target=MemoryCatalog(tmp_path).add, args=("added meanwhile",))
+        added.start()
+        added.join(30)
+        assert not added.is_alive(), "the add waited for the index work of the rewrite"
+    finally:
+        release.set()
+        rewrite.join(60)
+    assert sorted(e.content for e in catalog.list(limit=100)) == sorted(
+        ["added meanwhile", *(f"entry {n}" for n in range(0, 20, 2))]
+    )
     assert catalog.check_index()["equal"]
