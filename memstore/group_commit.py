@@ -1,35 +1,40 @@
-"""Group commit: one fsync makes durable every append that was queued behind it.
+"""Group commit: appends made durable by fsyncs that overlap, with a shared record of their outcome.
 
 An append is written under the file group's writer lock (``memory.lock``), which is
-then released; the writer makes its bytes durable under a second lock, the file's
-*sync lock* (``memory.sync.lock`` beside ``memory.jsonl``; never replaced or
-deleted).  The sync lock file also holds a small shared record about the file's
-inode (see :mod:`memstore.sync_record`): how long the file was when a successful
-fsync began ("durable up to"), the bytes an fsync failed for ("lost"), the bytes
-whose fate a leader killed mid-fsync took with it ("unsure"), and the fsync in flight.
+released before the bytes are made durable, so the next writer appends while this
+one waits on the disk.  Each writer then fsyncs its own descriptor, with no lock
+held: concurrent fsyncs of one file are merged by the file system into one journal
+commit (ext4's jbd2 joins every fsync that arrives while a commit is being written),
+which is the group commit.  On this project's 2-core machine that beat a leader
+holding a sync lock during its fsync for followers to queue behind (measured in
+``benchmarks/writers.py``): each hand-over of the lock is a wake-up, and on a busy
+machine a wake-up can cost a scheduler tick, several times per batch.
 
-Under the sync lock a writer whose bytes end at or before "durable up to" returns
-without an fsync of its own.  Otherwise it leads: it notes the file's size, announces
-the fsync, makes it, and records the result, which covers every append that had
-completed when it looked.  Why that is safe:
+The file's *sync lock* (``memory.sync.lock`` beside ``memory.jsonl``; never replaced
+or deleted) holds a small record about the inode (see :mod:`memstore.sync_record`),
+taken only to update it, briefly.  A writer whose bytes a successful fsync already
+vouches for returns without an fsync of its own; a writer whose bytes may have waited
+on a failed fsync fails.  Why that is safe:
 
-* Offsets only mean something while the file only grows.  Rewrites replace it
-  (a new inode, so the record no longer applies); memstore's own truncations (a torn
-  tail set aside, a failed write cut back) happen under the sync lock and lower the
-  record; before every append the writer checks, under the writer lock, that no
-  recorded offset lies past the end of the file, which catches truncations by others
-  and a recycled inode number, and lowers the record first.  So a recorded offset at
-  or past the end of an append was taken after the append completed.
-* A failed fsync is never retried and never trusted again for what it covered.  Linux
-  may report a writeback error once, to one caller, and mark the pages clean, so a
-  later fsync succeeds without the bytes.  The leader that sees the error marks every
-  byte the file held as lost; any writer whose bytes overlap that range fails, even
-  after a later fsync succeeds.
-* A leader killed during its fsync may have taken an error with it.  Its announcement
-  stays in the record; the next holder of the sync lock turns it into an "unsure"
-  range: the writers whose bytes lie there fsync their own descriptor, opened before
-  their write, to which the kernel reports any error on those pages since then.
-  Nobody waits on a dead leader: flock locks go with the process.
+* A claim vouches only for bytes written after the claiming descriptor was opened and
+  before its fsync began.  Linux reports a writeback error to every descriptor that
+  was open when it happened (each hears of it once), so an error on those bytes would
+  have failed that fsync, whichever process saw the error first and whatever became
+  of it: a writer killed mid-fsync leaves nothing to clean up.  Each writer's own
+  descriptor is opened before its write and kept until its fsync, for the same reason.
+* A failed fsync is never retried and never trusted again for what it covered: Linux
+  may mark the pages clean, so a later fsync succeeds without the bytes.  The writer
+  that sees the error marks the bytes from its own (or from the end of the last
+  claim, if earlier) to the end of the file as lost; any writer whose bytes overlap
+  that range fails, even after its own fsync succeeds.  This also holds where errors
+  are reported once to a single caller.
+* Offsets only mean something while the file only grows.  Rewrites replace it (a new
+  inode, so the record no longer applies); memstore's own truncations (a torn tail set
+  aside, a failed write cut back) happen under the sync lock, lower the record and
+  count the cut, and a claim is recorded only if no cut came after its writer looked
+  at the file's size; before every append the writer checks, under the writer lock,
+  that no recorded offset lies past the end of the file, which catches truncations by
+  others and a recycled inode number, and lowers the record first.
 """
 
 from __future__ import annotations
@@ -96,13 +101,15 @@ class GroupCommit:
             except OSError as exc:
                 raise storage_error("open", self.path, exc) from exc
             size = st.st_size
-            if size and is_whole is not None:
-                size, _aside = self._set_aside_torn_tail(sync_fd, fd, st, is_whole)
             try:
-                if size and os.pread(fd, 1, size - 1) != b"\n":
-                    data = b"\n" + data
+                unterminated = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
             except OSError as exc:
                 raise storage_error("read the last line of", self.path, exc) from exc
+            if unterminated and is_whole is not None:
+                size, aside = self._set_aside_torn_tail(sync_fd, fd, st, is_whole)
+                unterminated = aside is None  # cut back to its last newline, or a whole line kept
+            if unterminated:
+                data = b"\n" + data
             self._check_record(sync_fd, fd, st, size)
             try:
                 write_all(fd, data)
@@ -173,7 +180,7 @@ class GroupCommit:
     def _check_record(self, sync_fd: int, fd: int, st: os.stat_result, size: int) -> None:
         """Lower any recorded offset past the end of the file before appending at ``size``.
 
-        Read without the sync lock: leaders only ever record offsets the file already
+        Read without the sync lock: writers only ever record offsets the file already
         had, so a record that looks stale (or torn, or foreign) is re-read under it.
         """
         record = SyncRecord.read(sync_fd)
@@ -181,8 +188,7 @@ class GroupCommit:
             return
         with _Locked(sync_fd, self.sync_path):
             record = SyncRecord.read(sync_fd) or SyncRecord()
-            self._settle_dead_leader(record, fd, st.st_dev, st.st_ino)
-            record.clamp(st.st_dev, st.st_ino, size)
+            record.cut(st.st_dev, st.st_ino, size)
             try:
                 record.write(sync_fd)
             except OSError as exc:  # left high, the record could vouch for these bytes: do not append
@@ -191,88 +197,80 @@ class GroupCommit:
     def _truncate(self, sync_fd: int, fd: int, st: os.stat_result, size: int) -> None:
         """Cut the file back to ``size`` under the sync lock, lowering the record with it.
 
-        Under the lock no leader is between looking at the size and recording it, so no
-        fsync that saw the cut bytes can later claim the offsets new lines will take.
+        A writer records a claim under the lock; lowered under it too, no claim on the cut
+        bytes can land after the cut, where new lines will take their offsets.
         """
         with _Locked(sync_fd, self.sync_path):
             record = SyncRecord.read(sync_fd) or SyncRecord()
-            self._settle_dead_leader(record, fd, st.st_dev, st.st_ino)
             try:
                 os.ftruncate(fd, size)
-            finally:
-                record.clamp(st.st_dev, st.st_ino, size)
+            finally:  # after the cut: a writer reading the count before it looked at the size sees it change
+                record.cut(st.st_dev, st.st_ino, size)
                 with contextlib.suppress(OSError):
                     record.write(sync_fd)
 
     # ------------------------------------------------------------- after the writer lock
 
     def _make_durable(self, pending: PendingAppend) -> None:
-        with _Locked(pending.sync_fd, self.sync_path):
-            record = SyncRecord.read(pending.sync_fd) or SyncRecord()
-            settled = self._settle_dead_leader(record, pending.fd, pending.dev, pending.ino)
-            verdict = record.verdict(pending.dev, pending.ino, pending.start, pending.end)
-            if verdict is Verdict.LOST:
-                if settled:
-                    with contextlib.suppress(OSError):
-                        record.write(pending.sync_fd)
-                raise storage_error(
-                    "fsync", self.path, OSError(errno.EIO, "an fsync covering this append failed: it may be lost")
-                )
-            if verdict is Verdict.COVERED:
-                if settled:
-                    with contextlib.suppress(OSError):
-                        record.write(pending.sync_fd)
-                return
-            self._lead(pending, record)
-
-    def _lead(self, pending: PendingAppend, record: SyncRecord) -> None:
-        """fsync this writer's descriptor on behalf of every append completed before it looked."""
-        fd, sync_fd = pending.fd, pending.sync_fd
+        record = self._read(pending)
+        verdict = record.verdict(pending.dev, pending.ino, pending.start, pending.end)
+        if verdict is Verdict.LOST:
+            raise _lost(self.path)
+        if verdict is Verdict.COVERED:
+            return
+        cuts = record.cuts(pending.dev, pending.ino)
+        fd = pending.fd
         try:
             synced_to = os.fstat(fd).st_size
-        except OSError as exc:
-            raise storage_error("stat", self.path, exc) from exc
-        record.syncing = (pending.dev, pending.ino, synced_to)
-        try:
-            record.write(sync_fd)
-            announced = True
-        except OSError:
-            announced = False  # make the fsync, but claim nothing for others
-        try:
             os.fsync(fd)
         except OSError as exc:
-            try:
-                held = os.fstat(fd).st_size
-            except OSError:
-                held = NEVER
-            record.syncing = None
-            record.mark_lost(pending.dev, pending.ino, held)
-            with contextlib.suppress(OSError):
-                record.write(sync_fd)
+            self._record_failure(pending)
             raise storage_error("fsync", self.path, exc) from exc
-        if announced:
-            record.syncing = None
-            record.mark_durable(pending.dev, pending.ino, synced_to)
-            with contextlib.suppress(OSError):
-                record.write(sync_fd)  # unwritten, the announcement stays: others just fsync themselves
+        self._record_success(pending, cuts, synced_to)
 
-    @staticmethod
-    def _settle_dead_leader(record: SyncRecord, fd: int, dev: int, ino: int) -> bool:
-        """Turn an fsync announced by a holder that is gone into an "unsure" range. Sync lock held.
+    def _read(self, pending: PendingAppend) -> SyncRecord:
+        """The record, read without the lock, and under it if the read was torn."""
+        record = SyncRecord.read(pending.sync_fd)
+        if record is None:
+            with _Locked(pending.sync_fd, self.sync_path):
+                record = SyncRecord.read(pending.sync_fd) or SyncRecord()
+        return record
 
-        Whoever holds the lock finds only announcements of dead (or interrupted) leaders.
-        The range runs to the file's current size when ``fd`` is that file, else to the end.
+    def _record_success(self, pending: PendingAppend, cuts: int, synced_to: int) -> None:
+        """After a successful fsync: fail if a failure others saw may have dropped these pages; else claim them.
+
+        The claim is recorded only if the lock is free at once (it only saves others an
+        fsync), and not if the file was cut back since this writer read the count of
+        cuts, before it looked at the size: ``synced_to`` may name offsets new lines took.
         """
-        if record.syncing is None:
-            return False
-        dead_dev, dead_ino, _size = record.syncing
-        held = NEVER
-        if (dead_dev, dead_ino) == (dev, ino):
-            with contextlib.suppress(OSError):
-                held = os.fstat(fd).st_size
-        record.syncing = None
-        record.mark_unsure(dead_dev, dead_ino, held)
-        return True
+        sync_fd = pending.sync_fd
+        try:
+            fcntl.flock(sync_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if self._read(pending).verdict(pending.dev, pending.ino, pending.start, pending.end) is Verdict.LOST:
+                raise _lost(self.path) from None
+            return
+        try:
+            record = SyncRecord.read(sync_fd) or SyncRecord()
+            if record.verdict(pending.dev, pending.ino, pending.start, pending.end) is Verdict.LOST:
+                raise _lost(self.path)
+            if record.cuts(pending.dev, pending.ino) == cuts:
+                record.mark_durable(pending.dev, pending.ino, pending.start, synced_to)
+                with contextlib.suppress(OSError):
+                    record.write(sync_fd)
+        finally:
+            fcntl.flock(sync_fd, fcntl.LOCK_UN)
+
+    def _record_failure(self, pending: PendingAppend) -> None:
+        """Mark what may have been waiting on the failed fsync as lost, for every writer to see."""
+        try:
+            held = os.fstat(pending.fd).st_size
+        except OSError:
+            held = NEVER
+        with contextlib.suppress(OSError), _Locked(pending.sync_fd, self.sync_path):
+            record = SyncRecord.read(pending.sync_fd) or SyncRecord()
+            record.mark_lost(pending.dev, pending.ino, pending.start, held)
+            record.write(pending.sync_fd)
 
     def _open_sync(self) -> int:
         try:
@@ -280,6 +278,10 @@ class GroupCommit:
             return os.open(self.sync_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
         except OSError as exc:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.sync_path}: {exc.strerror}") from exc
+
+
+def _lost(path: Path) -> StorageError:
+    return storage_error("fsync", path, OSError(errno.EIO, "an fsync this append waited on failed: it may be lost"))
 
 
 class PendingAppend:

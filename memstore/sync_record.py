@@ -1,19 +1,21 @@
 """The record group commit shares between writers: what fsyncs made durable, per inode.
 
 It lives in the sync lock file (see :mod:`memstore.group_commit`) as one fixed-size
-block with a CRC, rewritten in place by the holder of the sync lock.  It is a hint
-between live processes, never needed after a crash: every claim it makes was true
-when written (a claim is recorded after the fsync it reports), and a claim about
-offsets the file no longer has is lowered before the next append.  The lock file is
-untrusted like every lock file: a block that does not check out reads as empty,
-which only costs fsyncs.
+block with a CRC, rewritten in place under the sync lock.  It is a hint between live
+processes, never needed after a crash: every claim it makes was true when written
+(a claim is recorded after the fsync it reports), and a claim about offsets the file
+no longer has is lowered before the next append.  The lock file is untrusted like
+every lock file: a block that does not check out reads as empty, which only costs
+fsyncs.
 
 Per inode (the two most recent; older ones fall out):
 
-* ``durable``: a successful fsync began when the file had this many bytes;
-* ``lost``: ``[from, to)`` an fsync failed while these bytes waited: never durable;
-* ``unsure``: ``[from, to)`` a leader died during an fsync while these bytes waited:
-  only each writer's own fsync can vouch for them.
+* ``cuts``: how many times memstore has cut the file back (a claim is recorded only if
+  no cut came between the writer looking at the file's size and recording it);
+* ``durable``: ``[from, to)`` bytes a successful fsync vouches for: written after its
+  descriptor was opened (``from``), and before it began (``to``);
+* ``lost``: ``[from, to)`` bytes that may have been waiting when an fsync failed:
+  never acknowledged, whatever fsync succeeds later.
 """
 
 from __future__ import annotations
@@ -28,16 +30,15 @@ from enum import Enum
 NEVER = 1 << 62
 """An offset past the end of any file: "to wherever the file ends"."""
 SLOTS = 2
-MAGIC = b"msgc\x01\x00\x00\x00"
+MAGIC = b"msgc\x02\x00\x00\x00"
 _SLOT = struct.Struct("<QQqqqqq")
-_SYNCING = struct.Struct("<QQq")
 _CRC = struct.Struct("<I")
-RECORD_BYTES = len(MAGIC) + SLOTS * _SLOT.size + _SYNCING.size + _CRC.size
+RECORD_BYTES = len(MAGIC) + SLOTS * _SLOT.size + _CRC.size
 
 
 class Verdict(Enum):
     COVERED = "covered"
-    """An fsync that began after these bytes were written succeeded."""
+    """A successful fsync vouches for these bytes."""
     LOST = "lost"
     """An fsync failed while these bytes waited: they may never reach the disk."""
     NEEDS_FSYNC = "needs fsync"
@@ -47,14 +48,14 @@ class Verdict(Enum):
 class InodeState:
     dev: int
     ino: int
-    durable: int = 0
+    cuts: int = 0
+    durable_from: int = 0
+    durable_to: int = 0
     lost_from: int = 0
     lost_to: int = 0
-    unsure_from: int = 0
-    unsure_to: int = 0
 
     def offsets(self) -> tuple[int, ...]:
-        return (self.durable, self.lost_from, self.lost_to, self.unsure_from, self.unsure_to)
+        return (self.durable_from, self.durable_to, self.lost_from, self.lost_to)
 
 
 def _overlaps(start: int, end: int, low: int, high: int) -> bool:
@@ -65,8 +66,6 @@ def _overlaps(start: int, end: int, low: int, high: int) -> bool:
 class SyncRecord:
     inodes: list[InodeState] = field(default_factory=list)
     """Most recently added first."""
-    syncing: tuple[int, int, int] | None = None
-    """(dev, ino, size) of an fsync announced and not yet reported: in flight, or its leader died."""
 
     # ------------------------------------------------------------- questions
 
@@ -83,16 +82,18 @@ class SyncRecord:
             return Verdict.NEEDS_FSYNC
         if _overlaps(start, end, state.lost_from, state.lost_to):
             return Verdict.LOST
-        if end <= state.durable and not _overlaps(start, end, state.unsure_from, state.unsure_to):
+        if state.durable_from <= start and end <= state.durable_to:
             return Verdict.COVERED
         return Verdict.NEEDS_FSYNC
 
     def reaches_past(self, dev: int, ino: int, size: int) -> bool:
         """Some offset recorded for this inode lies past ``size``: the file shrank or the inode is new."""
         state = self.find(dev, ino)
-        if state is not None and max(state.offsets()) > size:
-            return True
-        return self.syncing is not None and self.syncing[:2] == (dev, ino) and self.syncing[2] > size
+        return state is not None and max(state.offsets()) > size
+
+    def cuts(self, dev: int, ino: int) -> int:
+        state = self.find(dev, ino)
+        return 0 if state is None else state.cuts
 
     # ------------------------------------------------------------- updates (sync lock held)
 
@@ -103,47 +104,45 @@ class SyncRecord:
             self.inodes = [state, *self.inodes][:SLOTS]
         return state
 
-    def mark_durable(self, dev: int, ino: int, synced_to: int) -> None:
-        state = self._state(dev, ino)
-        state.durable = max(state.durable, synced_to)
+    def mark_durable(self, dev: int, ino: int, opened_at: int, synced_to: int) -> None:
+        """An fsync through a descriptor opened at ``opened_at`` bytes, begun at ``synced_to``, succeeded.
 
-    def mark_lost(self, dev: int, ino: int, held: int) -> None:
-        """An fsync failed when the file had ``held`` bytes: everything not yet durable is lost.
-
-        Ranges merge: a second failure widens the range rather than forgetting the first.
+        Two claims that touch merge (every byte of the union is vouched for by one of
+        them); otherwise the later one replaces the earlier, whose writers are done.
         """
         state = self._state(dev, ino)
-        if state.lost_from < state.lost_to:
-            state.lost_from = min(state.lost_from, state.durable)
-            state.lost_to = max(state.lost_to, held)
-        else:
-            state.lost_from, state.lost_to = state.durable, held
+        if state.durable_from < state.durable_to and opened_at <= state.durable_to and synced_to >= state.durable_from:
+            state.durable_from = min(state.durable_from, opened_at)
+            state.durable_to = max(state.durable_to, synced_to)
+        elif synced_to > state.durable_to:
+            state.durable_from, state.durable_to = opened_at, synced_to
 
-    def mark_unsure(self, dev: int, ino: int, held: int) -> None:
-        """A leader died mid-fsync when the file had at most ``held`` bytes."""
+    def mark_lost(self, dev: int, ino: int, opened_at: int, held: int) -> None:
+        """An fsync through a descriptor opened at ``opened_at`` failed when the file had ``held`` bytes.
+
+        Lost: every byte from the failing writer's own, or from the end of what a claim
+        vouches for if that is earlier, to the end of the file.  A second failure widens
+        the range rather than forgetting the first.
+        """
         state = self._state(dev, ino)
-        if state.unsure_from < state.unsure_to:
-            state.unsure_from = min(state.unsure_from, state.durable)
-            state.unsure_to = max(state.unsure_to, held)
+        low = min(opened_at, state.durable_to)
+        if state.lost_from < state.lost_to:
+            state.lost_from, state.lost_to = min(state.lost_from, low), max(state.lost_to, held)
         else:
-            state.unsure_from, state.unsure_to = state.durable, held
+            state.lost_from, state.lost_to = low, held
 
-    def clamp(self, dev: int, ino: int, size: int) -> None:
-        """Lower every offset of this inode to ``size`` (the file is that long now)."""
-        state = self.find(dev, ino)
-        if state is not None:
-            state.durable = min(state.durable, size)
-            state.lost_from, state.lost_to = min(state.lost_from, size), min(state.lost_to, size)
-            state.unsure_from, state.unsure_to = min(state.unsure_from, size), min(state.unsure_to, size)
-        if self.syncing is not None and self.syncing[:2] == (dev, ino):
-            self.syncing = (dev, ino, min(self.syncing[2], size))
+    def cut(self, dev: int, ino: int, size: int) -> None:
+        """The file is ``size`` bytes now, perhaps shorter than before: lower every offset, count the cut."""
+        state = self._state(dev, ino)
+        state.cuts += 1
+        state.durable_from, state.durable_to = min(state.durable_from, size), min(state.durable_to, size)
+        state.lost_from, state.lost_to = min(state.lost_from, size), min(state.lost_to, size)
 
     # ------------------------------------------------------------- bytes
 
     def pack(self) -> bytes:
         slots = [*self.inodes, *(InodeState(0, 0) for _ in range(SLOTS - len(self.inodes)))]
-        body = MAGIC + b"".join(_SLOT.pack(s.dev, s.ino, *s.offsets()) for s in slots[:SLOTS])
-        body += _SYNCING.pack(*(self.syncing or (0, 0, 0)))
+        body = MAGIC + b"".join(_SLOT.pack(s.dev, s.ino, s.cuts, *s.offsets()) for s in slots[:SLOTS])
         return body + _CRC.pack(zlib.crc32(body))
 
     @classmethod
@@ -158,13 +157,12 @@ class SyncRecord:
             return None
         inodes = []
         for n in range(SLOTS):
-            dev, ino, *offsets = _SLOT.unpack_from(body, len(MAGIC) + n * _SLOT.size)
+            dev, ino, cuts, *offsets = _SLOT.unpack_from(body, len(MAGIC) + n * _SLOT.size)
             if ino:
                 if min(offsets) < 0:
                     return None
-                inodes.append(InodeState(dev, ino, *offsets))
-        dev, ino, size = _SYNCING.unpack_from(body, len(MAGIC) + SLOTS * _SLOT.size)
-        return cls(inodes, (dev, ino, size) if ino else None)
+                inodes.append(InodeState(dev, ino, cuts, *offsets))
+        return cls(inodes)
 
     @classmethod
     def read(cls, fd: int) -> SyncRecord | None:

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +31,26 @@ SPAWN = multiprocessing.get_context("spawn")
 
 
 class CountingOS:
-    """``os`` for memstore.group_commit: counts fsyncs, fails the ones listed in ``fail``."""
+    """``os`` for memstore.group_commit: counts fsyncs, fails the ones listed in ``fail``.
+
+    ``during_fsync``, when set, runs once inside the next fsync (another writer acting meanwhile).
+    """
 
     def __init__(self, fail: set[int] | None = None) -> None:
         self.fsyncs = 0
         self.fail = fail or set()
+        self.during_fsync: Callable[[], None] | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
     def fsync(self, fd: int) -> None:
         self.fsyncs += 1
-        if self.fsyncs in self.fail:
+        number = self.fsyncs
+        if self.during_fsync is not None:
+            action, self.during_fsync = self.during_fsync, None
+            action()
+        if number in self.fail:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         os.fsync(fd)
 
@@ -84,10 +93,9 @@ def _inode(path: Path) -> tuple[int, int]:
 
 def test_record_round_trips_and_rejects_what_does_not_check_out() -> None:
     record = SyncRecord()
-    record.mark_durable(1, 2, 300)
-    record.mark_lost(1, 2, 500)
-    record.mark_unsure(3, 4, NEVER)
-    record.syncing = (1, 2, 700)
+    record.mark_durable(1, 2, 0, 300)
+    record.mark_lost(1, 2, 300, 500)
+    record.cut(3, 4, 10)
     data = record.pack()
     assert len(data) == RECORD_BYTES
     assert SyncRecord.unpack(data) == record
@@ -100,50 +108,51 @@ def test_record_round_trips_and_rejects_what_does_not_check_out() -> None:
 def test_record_verdicts() -> None:
     record = SyncRecord()
     assert record.verdict(1, 2, 0, 10) is Verdict.NEEDS_FSYNC
-    record.mark_durable(1, 2, 100)
-    assert record.verdict(1, 2, 90, 100) is Verdict.COVERED
+    record.mark_durable(1, 2, 50, 100)  # a descriptor opened at 50 bytes, its fsync begun at 100
+    assert record.verdict(1, 2, 60, 100) is Verdict.COVERED
+    assert record.verdict(1, 2, 40, 60) is Verdict.NEEDS_FSYNC  # written before that descriptor was opened
     assert record.verdict(1, 2, 90, 101) is Verdict.NEEDS_FSYNC
-    assert record.verdict(1, 9, 0, 10) is Verdict.NEEDS_FSYNC  # another inode
-    record.mark_lost(1, 2, 250)  # bytes [100, 250) waited on a failed fsync
-    assert record.verdict(1, 2, 50, 100) is Verdict.COVERED  # durable before the failure
+    assert record.verdict(1, 9, 60, 70) is Verdict.NEEDS_FSYNC  # another inode
+    record.mark_durable(1, 2, 100, 200)  # touches: the claims merge
+    assert record.verdict(1, 2, 60, 200) is Verdict.COVERED
+    record.mark_lost(1, 2, 200, 250)  # bytes [200, 250) waited on a failed fsync
+    assert record.verdict(1, 2, 150, 200) is Verdict.COVERED  # vouched for before the failure
     assert record.verdict(1, 2, 240, 260) is Verdict.LOST
-    record.mark_durable(1, 2, 400)  # a later fsync succeeded ...
-    assert record.verdict(1, 2, 100, 150) is Verdict.LOST  # ... and still does not vouch for them
+    record.mark_durable(1, 2, 100, 400)  # a later fsync through an older descriptor succeeded ...
+    assert record.verdict(1, 2, 210, 220) is Verdict.LOST  # ... and still does not vouch for them
     assert record.verdict(1, 2, 250, 300) is Verdict.COVERED  # written after the failure
-    record.mark_unsure(1, 2, 600)  # a leader died while [400, 600) waited
-    assert record.verdict(1, 2, 450, 500) is Verdict.NEEDS_FSYNC
-    record.mark_durable(1, 2, 900)
-    assert record.verdict(1, 2, 450, 500) is Verdict.NEEDS_FSYNC  # only its own fsync vouches
-    assert record.verdict(1, 2, 600, 650) is Verdict.COVERED
 
 
 def test_a_second_failure_widens_the_lost_range() -> None:
     record = SyncRecord()
-    record.mark_durable(1, 2, 100)
-    record.mark_lost(1, 2, 200)
-    record.mark_durable(1, 2, 300)
-    record.mark_lost(1, 2, 400)
+    record.mark_durable(1, 2, 0, 100)
+    record.mark_lost(1, 2, 150, 200)
+    assert record.verdict(1, 2, 100, 120) is Verdict.LOST  # from the end of the claim, not from 150
+    record.mark_durable(1, 2, 200, 300)
+    record.mark_lost(1, 2, 350, 400)
     assert record.verdict(1, 2, 150, 160) is Verdict.LOST
-    assert record.verdict(1, 2, 350, 360) is Verdict.LOST
+    assert record.verdict(1, 2, 360, 370) is Verdict.LOST
 
 
-def test_clamp_and_reaches_past() -> None:
+def test_a_cut_lowers_offsets_and_is_counted() -> None:
     record = SyncRecord()
-    record.mark_durable(1, 2, 500)
-    record.mark_unsure(1, 2, NEVER)
+    record.mark_durable(1, 2, 0, 500)
+    record.mark_lost(1, 2, 500, NEVER)
     assert record.reaches_past(1, 2, 400)
     assert not record.reaches_past(7, 7, 0)
-    record.clamp(1, 2, 400)
+    assert record.cuts(1, 2) == 0
+    record.cut(1, 2, 400)
     assert not record.reaches_past(1, 2, 400)
+    assert record.cuts(1, 2) == 1
     assert record.verdict(1, 2, 400, 450) is Verdict.NEEDS_FSYNC  # new bytes after the cut
-    record.syncing = (1, 2, 900)
-    assert record.reaches_past(1, 2, 400)
+    record.cut(5, 6, 0)  # an inode without a state yet gets one, so the count is seen
+    assert record.cuts(5, 6) == 1
 
 
 def test_only_two_inodes_are_kept() -> None:
     record = SyncRecord()
     for ino in (1, 2, 3):
-        record.mark_durable(9, ino, 10)
+        record.mark_durable(9, ino, 0, 10)
     assert [state.ino for state in record.inodes] == [3, 2]
     assert SyncRecord.unpack(record.pack()) == record
 
@@ -155,25 +164,27 @@ def test_a_follower_covered_by_a_successful_fsync_returns_without_its_own(tmp_pa
     group, lock = _group(tmp_path)
     first = _append(group, lock, b'{"n": 1}\n')
     second = _append(group, lock, b'{"n": 2}\n')
-    second.commit()  # leads: its fsync began after both appends
+    first.commit()  # its descriptor predates both appends, its fsync began after them
     assert counting.fsyncs == 1
-    first.commit()
+    second.commit()
     assert counting.fsyncs == 1
     third = _append(group, lock, b'{"n": 3}\n')
-    third.commit()  # written after the last fsync began: needs its own
-    assert counting.fsyncs == 2
-    assert group.path.read_bytes() == b'{"seed": 1}\n{"n": 1}\n{"n": 2}\n{"n": 3}\n'
+    fourth = _append(group, lock, b'{"n": 4}\n')
+    fourth.commit()  # opened after the third was written: cannot vouch for it
+    third.commit()
+    assert counting.fsyncs == 3
+    assert group.path.read_bytes() == b'{"seed": 1}\n{"n": 1}\n{"n": 2}\n{"n": 3}\n{"n": 4}\n'
     assert first.fd == first.sync_fd == -1  # descriptors closed
 
 
-def test_a_failed_leader_fsync_fails_every_add_it_would_have_covered(tmp_path: Path, counting: CountingOS) -> None:
+def test_a_failed_fsync_fails_every_add_it_would_have_covered(tmp_path: Path, counting: CountingOS) -> None:
     group, lock = _group(tmp_path)
     waiting = [_append(group, lock, b'{"n": %d}\n' % n) for n in range(3)]
     counting.fail = {1}
     with pytest.raises(StorageError) as caught:
-        waiting[2].commit()
+        waiting[0].commit()
     assert caught.value.errno == errno.EIO
-    for pending in waiting[:2]:
+    for pending in waiting[1:]:
         with pytest.raises(StorageError):
             pending.commit()
     assert counting.fsyncs == 1  # they failed on the record, without an fsync that might lie
@@ -186,17 +197,44 @@ def test_a_later_successful_fsync_never_covers_bytes_written_before_a_failed_one
     tmp_path: Path, counting: CountingOS
 ) -> None:
     group, lock = _group(tmp_path)
+    older = _append(group, lock, b'{"n": 0}\n')  # its descriptor predates the next two appends
     early = _append(group, lock, b'{"n": 1}\n')
     failing = _append(group, lock, b'{"n": 2}\n')
-    counting.fail = {1}
+    counting.fail = {2}
+
+    def fail_meanwhile() -> None:
+        with pytest.raises(StorageError):
+            failing.commit()
+
+    counting.during_fsync = fail_meanwhile
     with pytest.raises(StorageError):
-        failing.commit()
+        older.commit()  # its own fsync succeeded, after the failure: it still waited on the failed one
+    assert counting.fsyncs == 2
     later = _append(group, lock, b'{"n": 3}\n')
-    later.commit()  # succeeds: "durable up to" now lies past the early bytes
-    record = _record(group)
-    assert record.find(*_inode(group.path)).durable >= early.end  # type: ignore[union-attr]
+    later.commit()
+    assert _record(group).find(*_inode(group.path)).durable_from >= failing.end  # type: ignore[union-attr]
     with pytest.raises(StorageError):
         early.commit()  # the kernel may have dropped those pages: never acknowledged
+
+
+def test_a_cut_while_a_writer_fsyncs_keeps_its_claim_off_the_new_lines(tmp_path: Path, counting: CountingOS) -> None:
+    group, lock = _group(tmp_path)
+    looking = _append(group, lock, b'{"n": 1}\n')
+    with open(group.path, "ab") as handle:
+        handle.write(b'{"torn": "' + b"x" * 200)  # a writer killed mid-append, after it
+    after_cut: list[PendingAppend] = []
+
+    def cut_during_fsync() -> None:
+        with lock:  # another writer sets the torn tail aside and takes its offsets
+            after_cut.append(group.append(b'{"n": 2}\n', is_whole=lambda data: False))
+
+    counting.during_fsync = cut_during_fsync
+    looking.commit()  # it looked at the size before the cut: its claim reaches into the torn bytes
+    assert counting.fsyncs == 1
+    [pending] = after_cut
+    pending.commit()  # so that claim must not have been recorded
+    assert counting.fsyncs == 2
+    assert group.path.read_bytes() == b'{"seed": 1}\n{"n": 1}\n{"n": 2}\n'
 
 
 def test_a_failed_fsync_of_a_catalog_add_is_not_acknowledged_and_the_next_add_works(
@@ -218,7 +256,7 @@ def _claim_durable(group: GroupCommit, upto: int) -> None:
     fd = os.open(group.sync_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         record = SyncRecord.read(fd) or SyncRecord()
-        record.mark_durable(*_inode(group.path), upto)
+        record.mark_durable(*_inode(group.path), 0, upto)
         record.write(fd)
     finally:
         os.close(fd)
@@ -300,8 +338,8 @@ def test_a_planted_sync_lock_file_only_costs_fsyncs(tmp_path: Path, counting: Co
     sync_lock_path(group.path).write_bytes(os.urandom(RECORD_BYTES * 2))
     first = _append(group, lock, b'{"n": 1}\n')
     second = _append(group, lock, b'{"n": 2}\n')
-    second.commit()
     first.commit()
+    second.commit()
     assert counting.fsyncs == 1  # the garbage was replaced by a real record
 
 
@@ -322,7 +360,7 @@ def test_the_sync_lock_file_is_a_lock_beside_the_file(tmp_path: Path) -> None:
     assert "*.lock" in (catalog.directory / ".gitignore").read_text()
 
 
-# ------------------------------------------------------------------ a leader killed mid-fsync
+# ------------------------------------------------------------------ a writer killed mid-fsync
 
 
 class _HangingOS:
@@ -339,37 +377,38 @@ class _HangingOS:
         time.sleep(600)
 
 
-def _hanging_leader(directory: str, marker: str) -> None:
-    memstore.group_commit.os = _HangingOS(marker)  # type: ignore[attr-defined]
+def _hanging_writer(directory: str, marker: str) -> None:
+    memstore.group_commit.os = _HangingOS(marker)  # type: ignore[attr-defined,assignment]
     group = GroupCommit(Path(directory) / "memory.jsonl")
     with FileLock(Path(directory) / "memory.lock"):
         pending = group.append(b'{"n": "child"}\n')
     pending.commit()
 
 
-def test_writers_a_killed_leader_would_have_covered_fsync_themselves(tmp_path: Path, counting: CountingOS) -> None:
+def test_a_writer_stuck_in_fsync_holds_nobody_up_and_leaves_nothing_when_killed(
+    tmp_path: Path, counting: CountingOS
+) -> None:
     group, lock = _group(tmp_path)
-    early = _append(group, lock, b'{"n": "early"}\n')  # waits while the child leads
+    early = _append(group, lock, b'{"n": "early"}\n')  # written before the child's append
     marker = tmp_path / "marker"
-    child = SPAWN.Process(target=_hanging_leader, args=(str(tmp_path), str(marker)))
+    child = SPAWN.Process(target=_hanging_writer, args=(str(tmp_path), str(marker)))
     child.start()
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert child.is_alive() and time.monotonic() < deadline
         time.sleep(0.005)
-    assert _record(group).syncing is not None  # announced before the fsync
-    os.kill(child.pid, signal.SIGKILL)  # it may have seen an error and taken it along
-    child.join()
-    later = _append(group, lock, b'{"n": "later"}\n')
-    later.commit()  # settles the dead announcement, then leads: its fsync covers the early bytes ...
-    assert counting.fsyncs == 1
-    record = _record(group)
-    assert record.syncing is None
-    assert record.find(*_inode(group.path)).durable >= early.end  # type: ignore[union-attr]
-    early.commit()  # ... yet the early writer fsyncs its own descriptor, which would hear of that error
+    later = _append(group, lock, b'{"n": "later"}\n')  # while the child sits in its fsync
+    later.commit()
+    early.commit()  # the child's descriptor cannot vouch for bytes written before it was opened
     assert counting.fsyncs == 2
+    assert child.is_alive()
+    assert child.pid is not None
+    os.kill(child.pid, signal.SIGKILL)  # it may have seen an error and taken it along: nothing relied on it
+    child.join()
+    last = _append(group, lock, b'{"n": "last"}\n')
+    last.commit()
     lines = group.path.read_bytes().splitlines()
-    assert lines[1:] == [b'{"n": "early"}', b'{"n": "child"}', b'{"n": "later"}']
+    assert lines[1:] == [b'{"n": "early"}', b'{"n": "child"}', b'{"n": "later"}', b'{"n": "last"}']
 
 
 # ------------------------------------------------------------------ processes
