@@ -117,6 +117,7 @@ class MemoryCatalog:
         self.readonly = readonly
         self.private = private
         self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
+        self._writer_lock = FileLock(self.lock_path, mode=self._file_mode)  # one per thread at a time, safe to share
         self._commits = {
             self.path: GroupCommit(self.path, mode=self._file_mode),
             self.quarantine_path: GroupCommit(self.quarantine_path, mode=self._file_mode),
@@ -140,7 +141,7 @@ class MemoryCatalog:
             raise ReadonlyError(f"Cannot {action} in readonly mode")
 
     def _lock(self) -> FileLock:
-        return FileLock(self.lock_path, mode=self._file_mode)
+        return self._writer_lock
 
     def _new_entry(self, content: str, tags: Iterable[str], branch_name: str | None, run_id: str | None) -> MemoryEntry:
         return MemoryEntry(
