@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memstore import catalog_rewrite
 from memstore.entry_filter import EntryFilter
 from memstore.errors import (
     ArgumentTypeError,
@@ -24,17 +25,15 @@ from memstore.errors import (
     IndexUnavailableError,
     InvalidArgumentError,
     ReadonlyError,
-    StorageError,
 )
 from memstore.files import (
     DEFAULT_FILE_MODE,
     MAX_LINE_BYTES,
     PRIVATE_FILE_MODE,
     FileLock,
-    atomic_copy,
     open_for_read,
     remove_stale_temps,
-    storage_error,
+    temp_in_use,
 )
 from memstore.group_commit import GroupCommit, PendingAppend
 from memstore.id_prefix import (
@@ -46,13 +45,12 @@ from memstore.id_prefix import (
     short_ids_among,
     shortest_unique,
 )
-from memstore.index.catalog_index import CatalogIndex, RewritePlan
+from memstore.index.catalog_index import CatalogIndex
 from memstore.index.db import IndexBusyError, IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.jsonl import encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import ensure_store, store_dir
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
-from memstore.rewrite_scan import scan_for_removal
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
 log = logging.getLogger(__name__)
@@ -255,42 +253,41 @@ class MemoryCatalog:
 
         Every other line is kept byte for byte (lines that do not parse are someone's
         data); blank lines are dropped.  ``before`` runs under the lock ahead of the
-        replace (quarantine appends the entries there first).  The index is told what
-        moved (``RewritePlan``) after the writer lock is released, so writers queued
-        behind the rewrite wait for the file work only.
+        replace (quarantine appends the entries there first).  Most of the scan and copy
+        happens before the writer lock is taken (:mod:`memstore.catalog_rewrite`), and
+        the index is told what moved (``RewritePlan``) after it is released, so writers
+        queued behind a rewrite wait for little more than the replace.
         """
-        # Catch the index up before taking the writer lock: indexing what others appended
-        # can take long on a big file, and every add would wait behind it.  Under the lock
-        # only what was appended in between is left to index.
-        self._index_for_rewrite()
-        with self._lock():
-            remove_stale_temps(self.path)
-            self._commits[self.path].cut_torn_tail(is_whole=_is_whole_line)
-            index = self._index_for_rewrite()
-            fd = open_for_read(self.path)
-            if fd is None:
-                return []
+        prepared = catalog_rewrite.prepare(self.path, key=key, value=value)
+        try:
+            # Catch the index up before taking the writer lock: indexing what others appended
+            # can take long on a big file, and every add would wait behind it.  Under the lock
+            # only what was appended in between is left to index.
+            self._index_for_rewrite()
+            fd: int | None = None
             try:
-                stat_before = os.fstat(fd)
-                scan = scan_for_removal(fd, stat_before.st_size, key=key, value=value)
-                if not scan.removed:
-                    return []
-                if before is not None:
-                    before(scan.removed)
-                stat_after = atomic_copy(self.path, fd, scan.kept, tail=scan.tail)
-            except OSError as exc:
-                if isinstance(exc, StorageError):
-                    raise
-                raise storage_error("rewrite", self.path, exc) from exc
+                with self._lock():
+                    remove_stale_temps(self.path)
+                    self._commits[self.path].cut_torn_tail(is_whole=_is_whole_line)
+                    index = self._index_for_rewrite()
+                    fd = open_for_read(self.path)
+                    if fd is None:
+                        return []
+                    done = catalog_rewrite.finish(self.path, fd, prepared, key=key, value=value, before=before)
             finally:
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)  # after the lock: freeing a big replaced file takes a while
+        finally:
+            if prepared is not None:
+                prepared.discard()
+        if done is None:
+            return []
         if index is not None:
-            plan = RewritePlan(before=stat_before, removed=frozenset(scan.removed_starts), dropped=tuple(scan.dropped))
             try:
-                index.apply_rewrite(plan, stat_after)
+                index.apply_rewrite(done.plan, done.after)
             except IndexUnavailableError as exc:
                 log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
-        return scan.removed
+        return done.removed
 
     def _index_for_rewrite(self) -> CatalogIndex | None:
         """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""
@@ -547,7 +544,11 @@ class MemoryCatalog:
         stale = 0
         prefix = f".{self.path.name}."
         if self.directory.is_dir():
-            stale = sum(1 for name in os.listdir(self.directory) if name.startswith(prefix) and name.endswith(".tmp"))
+            stale = sum(
+                1
+                for name in os.listdir(self.directory)
+                if name.startswith(prefix) and name.endswith(".tmp") and not temp_in_use(self.directory / name)
+            )
         missing_newline = False
         fd = open_for_read(self.path)
         if fd is not None:

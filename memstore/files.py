@@ -19,8 +19,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 from memstore.errors import LockError, NotRegularFileError, StorageError
+
+T = TypeVar("T")
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
@@ -325,23 +328,116 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
     replace), which the index records so it can recognise its own rewrite.  Anything
     but a regular file at ``path`` (a symbolic link above all) is refused, not replaced.
     """
-    return _replace_with(path, lambda fd: write_all(fd, data), mode=mode)
+    with Replacement(path, mode=mode) as replacement:
+        replacement.write(data)
+        return replacement.commit()
 
 
 def atomic_copy(path: Path, source: int, ranges: Sequence[tuple[int, int]], *, tail: bytes = b"") -> os.stat_result:
-    """Replace ``path`` (as :func:`atomic_write` does) with byte ranges of the open file ``source``, then ``tail``.
+    """Replace ``path`` (as :func:`atomic_write` does) with byte ranges of the open file ``source``, then ``tail``."""
+    with Replacement(path) as replacement:
+        replacement.copy(source, ranges)
+        replacement.write(tail)
+        return replacement.commit()
 
+
+class Replacement:
+    """A temp file beside ``path`` that will replace it: filled in steps, then swapped in or discarded.
+
+    The temp file is created ``O_EXCL`` and held under ``flock`` until it is renamed or
+    removed, so :func:`remove_stale_temps` can tell it from one a crashed writer left
+    behind, and a rewrite can prepare most of the new file without the writer lock.
     A rewrite that keeps most lines byte for byte copies the runs between the lines it
-    drops instead of rebuilding the file in memory: ``copy_file_range`` moves them
-    inside the kernel (a 400 MB catalog in a fraction of a second), with a read/write
-    loop where the file system cannot.  ``ranges`` are ``[start, end)`` offsets.
+    drops (:meth:`copy`): ``copy_file_range`` moves them inside the kernel, with a
+    read/write loop where the file system cannot.  Anything but a regular file at
+    ``path`` (a symbolic link above all) is refused, not replaced.  Used as a context
+    manager, the temp file is removed unless :meth:`commit` succeeded.
     """
 
-    def fill(fd: int) -> None:
-        _copy_ranges(source, fd, ranges)
-        write_all(fd, tail)
+    def __init__(self, path: Path, *, mode: int | None = None) -> None:
+        self.path = path
+        try:
+            current: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            current = None
+        except OSError as exc:
+            raise storage_error("stat", path, exc) from exc
+        if current is not None and not stat.S_ISREG(current.st_mode):
+            raise not_regular(path, _kind(current.st_mode))
+        if mode is None:
+            mode = DEFAULT_FILE_MODE if current is None else current.st_mode & 0o777
+        self.temp, self.fd = self._create(mode)
 
-    return _replace_with(path, fill, mode=None)
+    def _create(self, mode: int) -> tuple[Path, int]:
+        while True:
+            temp = temp_path_for(self.path)
+            try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+            except OSError as exc:
+                raise storage_error("create temp file for", self.path, exc) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.lstat(temp).st_ino == os.fstat(fd).st_ino:
+                    return temp, fd
+            except OSError:
+                pass  # a cleaner took it between the create and the lock: try another name
+            os.close(fd)
+
+    def write(self, data: bytes) -> None:
+        self._do(lambda: write_all(self.fd, data))
+
+    def copy(self, source: int, ranges: Sequence[tuple[int, int]]) -> None:
+        self._do(lambda: _copy_ranges(source, self.fd, ranges))
+
+    def sync(self) -> None:
+        """Make what is written so far durable (a last, shorter fsync at :meth:`commit` then suffices)."""
+        self._do(lambda: os.fsync(self.fd))
+
+    def commit(self) -> os.stat_result:
+        """fsync, rename over ``path``, fsync the folder; the stat of the new file."""
+
+        def swap() -> os.stat_result:
+            os.fsync(self.fd)
+            written = os.fstat(self.fd)
+            os.replace(self.temp, self.path)
+            return written
+
+        written = self._do(swap)
+        self._close()
+        try:
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise storage_error("fsync directory of", self.path, exc) from exc
+        return written
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.temp)
+            self._close()
+
+    def _do(self, step: Callable[[], T]) -> T:
+        if self.fd < 0:
+            raise storage_error("rewrite", self.path, OSError(errno.EBADF, "the replacement was discarded"))
+        try:
+            return step()
+        except OSError as exc:
+            self.discard()
+            raise storage_error("rewrite", self.path, exc) from exc
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __enter__(self) -> Replacement:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.discard()
 
 
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP}
@@ -369,48 +465,25 @@ def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]]) ->
             offset += copied
 
 
-def _replace_with(path: Path, fill: Callable[[int], None], *, mode: int | None) -> os.stat_result:
-    """Write a unique temp file beside ``path`` with ``fill``, fsync it, rename it over ``path``, fsync the folder."""
+def temp_in_use(temp: Path) -> bool:
+    """A temp file whose writer is alive holds it under ``flock`` (see :class:`Replacement`)."""
     try:
-        current: os.stat_result | None = os.lstat(path)
-    except FileNotFoundError:
-        current = None
-    except OSError as exc:
-        raise storage_error("stat", path, exc) from exc
-    if current is not None and not stat.S_ISREG(current.st_mode):
-        raise not_regular(path, _kind(current.st_mode))
-    if mode is None:
-        mode = DEFAULT_FILE_MODE if current is None else current.st_mode & 0o777
-    tmp = temp_path_for(path)
+        fd = os.open(temp, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        raise storage_error("create temp file for", path, exc) from exc
-    try:
-        try:
-            fill(fd)
-            os.fsync(fd)
-            written = os.fstat(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise storage_error("rewrite", path, exc) from exc
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    try:
-        fsync_dir(path.parent)
-    except OSError as exc:
-        raise storage_error("fsync directory of", path, exc) from exc
-    return written
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def remove_stale_temps(path: Path) -> int:
-    """Delete temp files a crashed rewrite of ``path`` left behind. Caller holds the lock."""
+    """Delete temp files a crashed rewrite of ``path`` left behind (not those a live writer holds). Lock held."""
     removed = 0
     prefix = f".{path.name}."
     try:
@@ -418,7 +491,7 @@ def remove_stale_temps(path: Path) -> int:
     except OSError:
         return 0
     for name in names:
-        if name.startswith(prefix) and name.endswith(".tmp"):
+        if name.startswith(prefix) and name.endswith(".tmp") and not temp_in_use(path.parent / name):
             try:
                 os.unlink(path.parent / name)
                 removed += 1
@@ -500,14 +573,15 @@ class LineBlock:
     length: int
 
 
-def iter_line_blocks(fd: int, *, stop: int, block: int = BLOCK_BYTES) -> Iterator[LineBlock]:
-    """Bytes ``[0, stop)`` of an open file as blocks of whole lines, for scans that split lines themselves.
+def iter_line_blocks(fd: int, *, start: int = 0, stop: int, block: int = BLOCK_BYTES) -> Iterator[LineBlock]:
+    """Bytes ``[start, stop)`` of an open file as blocks of whole lines, for scans that split lines themselves.
 
     Per-line objects cost more than the work a fast scan does per line, so this hands
     out large blocks cut at newlines; a line longer than ``block`` comes alone (or as
     a data-less block when longer than MAX_LINE_BYTES), found in bounded memory.
+    ``start`` must be the start of a line.
     """
-    pos = 0
+    pos = start
     while pos < stop:
         data = os.pread(fd, min(block, stop - pos), pos)
         if not data:
@@ -523,6 +597,18 @@ def iter_line_blocks(fd: int, *, stop: int, block: int = BLOCK_BYTES) -> Iterato
         length = end - pos
         yield LineBlock(pos, os.pread(fd, length, pos) if length <= MAX_LINE_BYTES else None, length)
         pos = end
+
+
+def last_line_end(fd: int, size: int) -> int:
+    """The offset just after the last newline in the first ``size`` bytes (0 when there is none)."""
+    pos = size
+    while pos > 0:
+        chunk_start = max(0, pos - READ_CHUNK)
+        newline = os.pread(fd, pos - chunk_start, chunk_start).rfind(b"\n")
+        if newline >= 0:
+            return chunk_start + newline + 1
+        pos = chunk_start
+    return 0
 
 
 def _line_end(fd: int, pos: int, stop: int) -> int:

@@ -55,23 +55,26 @@ class RemovalScan:
             self.kept.append((start, end))
 
 
-def scan_for_removal(fd: int, size: int, *, key: str, value: str, block: int = BLOCK_BYTES) -> RemovalScan:
-    """Scan bytes ``[0, size)`` of an open catalog for entries whose ``key`` field equals ``value``.
+def scan_for_removal(
+    fd: int, size: int, *, key: str, value: str, start: int = 0, block: int = BLOCK_BYTES
+) -> RemovalScan:
+    """Scan bytes ``[start, size)`` of an open catalog for entries whose ``key`` field equals ``value``.
 
     Lines that do not parse are kept (they are someone's data), as are lines longer
-    than a reader accepts; blank lines are dropped.  ``block`` is the read size.
+    than a reader accepts; blank lines are dropped.  ``start`` is the start of a line;
+    ``block`` is the read size.
     """
     try:
         needle: bytes | None = value.encode("utf-8")
     except UnicodeEncodeError:
         needle = None  # only a line with escapes can hold a lone surrogate
     scan = RemovalScan()
-    for piece in iter_line_blocks(fd, stop=size, block=block):
+    for piece in iter_line_blocks(fd, start=start, stop=size, block=block):
         if piece.data is None:
             scan._keep(piece.start, piece.start + piece.length)
             continue
         _scan_block(scan, piece.start, piece.data, piece.length, needle, key, value)
-    if scan.kept and scan.kept[-1][1] == size and size and os.pread(fd, 1, size - 1) != b"\n":
+    if scan.kept and scan.kept[-1][1] == size and size > start and os.pread(fd, 1, size - 1) != b"\n":
         scan.tail = b"\n"
     return scan
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memstore.files
+from memstore import catalog_rewrite
 from memstore.catalog import MemoryCatalog
-from memstore.files import iter_raw_lines
+from memstore.files import Replacement, iter_raw_lines, remove_stale_temps, temp_in_use
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry
@@ -189,3 +191,92 @@ def test_an_add_does_not_wait_for_the_index_to_follow_a_rewrite(
         ["added meanwhile", *(f"entry {n}" for n in range(0, 20, 2))]
     )
     assert catalog.check_index()["equal"]
+
+
+# ------------------------------------------------------------------ the part done before the writer lock
+
+
+def _between_phases(monkeypatch: pytest.MonkeyPatch, meanwhile: Callable[[], None]) -> None:
+    """Run ``meanwhile`` after a rewrite prepared its copy without the lock, before it takes the lock."""
+    real_prepare = catalog_rewrite.prepare
+    pending = [meanwhile]
+
+    def prepare(path: Path, *, key: str, value: str) -> catalog_rewrite.Prepared | None:
+        prepared = real_prepare(path, key=key, value=value)
+        while pending:  # once: ``meanwhile`` may rewrite too
+            pending.pop()()
+        return prepared
+
+    monkeypatch.setattr(catalog_rewrite, "prepare", prepare)
+
+
+def _expected_after(data: bytes, branch: str) -> bytes:
+    return b"".join(
+        line + b"\n" for line in data.split(b"\n") if line.strip() and json.loads(line).get("branch_name") != branch
+    )
+
+
+@pytest.mark.parametrize("early_match", [True, False], ids=["match-before", "match-only-after"])
+def test_lines_appended_while_the_rewrite_prepared_are_rewritten_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, early_match: bool
+) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(12):
+        catalog.add(f"entry {n}", branch_name="gone" if early_match and n % 3 == 0 else "stay")
+    catalog.list(limit=1)
+    other = MemoryCatalog(tmp_path)
+
+    def append_meanwhile() -> None:
+        other.add("appended meanwhile, going", branch_name="gone")
+        other.add("appended meanwhile, staying", branch_name="stay")
+
+    _between_phases(monkeypatch, append_meanwhile)
+    expected_count = 5 if early_match else 1
+    removed = catalog.delete_by_branch("gone")
+    assert removed == expected_count
+    data = catalog.path.read_bytes()
+    assert b"gone" not in data and b"appended meanwhile, staying" in data
+    assert len(data.splitlines()) == 12 + 2 - expected_count
+    assert catalog.check_index()["equal"]
+    assert not list(catalog.directory.glob("*.tmp"))
+
+
+def test_a_file_replaced_while_the_rewrite_prepared_is_rewritten_under_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(12):
+        catalog.add(f"entry {n}", branch_name=("gone", "other", "stay")[n % 3])
+    other = MemoryCatalog(tmp_path)
+    _between_phases(monkeypatch, lambda: other.delete_by_branch("other"))  # a new inode
+    before = catalog.path.read_bytes()
+    assert catalog.delete_by_branch("gone") == 4
+    assert catalog.path.read_bytes() == _expected_after(_expected_after(before, "other"), "gone")
+    assert not list(catalog.directory.glob("*.tmp"))
+
+
+def test_a_torn_tail_at_prepare_time_is_set_aside_and_not_copied(tmp_path: Path) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(6):
+        catalog.add(f"entry {n}", branch_name="gone" if n % 2 else "stay")
+    with open(catalog.path, "ab") as handle:
+        handle.write(b'{"memory_id": "torn", "cont')
+    assert catalog.delete_by_branch("gone") == 3
+    assert catalog.path.read_bytes().count(b"\n") == 3 and catalog.path.read_bytes().endswith(b"\n")
+    assert len(list(catalog.directory.glob("memory.jsonl.torn-*"))) == 1
+
+
+def test_a_temp_file_a_live_rewrite_holds_survives_the_cleanup_of_stale_ones(tmp_path: Path) -> None:
+    path = tmp_path / "memory.jsonl"
+    path.write_bytes(b"{}\n")
+    stale = tmp_path / ".memory.jsonl.99999.dead.tmp"
+    stale.write_bytes(b"left by a crash")
+    with Replacement(path) as live:
+        live.write(b"half done")
+        assert temp_in_use(live.temp) and not temp_in_use(stale)
+        assert remove_stale_temps(path) == 1
+        assert live.temp.exists() and not stale.exists()
+        live.write(b"\n")
+        live.commit()
+    assert path.read_bytes() == b"half done\n"
+    assert not list(tmp_path.glob("*.tmp"))
