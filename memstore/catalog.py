@@ -48,7 +48,7 @@ from memstore.id_prefix import (
 from memstore.index.catalog_index import CatalogIndex
 from memstore.index.db import IndexBusyError, IndexFile
 from memstore.index.trace import SearchPlan, SearchTrace
-from memstore.jsonl import encode_entry, is_blank, is_json, parse_json_bytes
+from memstore.jsonl import encode_entries, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import ensure_store, store_dir
 from memstore.models import MemoryEntry, check_limit, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
@@ -221,21 +221,10 @@ class MemoryCatalog:
         _require_str("reason", reason)
 
         def move(entries: builtins.list[MemoryEntry]) -> None:
-            quarantined_at = utc_now_iso()
-            lines = b"".join(
-                _readable(
-                    encode_entry(
-                        entry,
-                        quarantine=True,
-                        provenance={
-                            "reason": reason,
-                            "original_branch": branch_name,
-                            "quarantined_at": quarantined_at,
-                        },
-                    )
-                )
-                for entry in entries
-            )
+            provenance = {"reason": reason, "original_branch": branch_name, "quarantined_at": utc_now_iso()}
+            lines = encode_entries(entries, quarantine=True, provenance=provenance)
+            for line in lines.splitlines(keepends=True):
+                _readable(line)
             # Durable before memory.jsonl is replaced (under the writer lock): never in neither file.
             with self._commits[self.quarantine_path].append(lines, is_whole=_is_whole_line) as pending:
                 pending.commit()
