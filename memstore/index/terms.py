@@ -49,9 +49,17 @@ def is_whole_piece(token: str) -> bool:
     return PIECE.fullmatch(token) is not None
 
 
+_SEPARATORS_TO_SPACE = bytes(0x20 if code < 128 and not chr(code).isalnum() else code for code in range(256))
+
+
 def text_terms(text: str) -> set[str]:
-    """The distinct terms a column's text is filed under (what the tokenizer emits)."""
-    return set(PIECE.findall(text))
+    """The distinct terms a column's text is filed under (what the tokenizer emits).
+
+    The same runs as ``PIECE.findall`` (a test holds it), found on the UTF-8 bytes, where
+    one C pass turns every ASCII separator into a space: several times faster.
+    """
+    runs = set(text.encode("utf-8", "surrogatepass").translate(_SEPARATORS_TO_SPACE).split())
+    return {run.decode("utf-8", "surrogatepass") for run in runs}
 
 
 def has_long_run(texts: Iterable[str]) -> bool:
