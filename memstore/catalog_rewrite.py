@@ -19,6 +19,7 @@ from pathlib import Path
 from memstore.errors import StorageError
 from memstore.files import Replacement, last_line_end, open_for_read, storage_error
 from memstore.index.catalog_index import RewritePlan
+from memstore.lines_seen import still_holds
 from memstore.models import MemoryEntry
 from memstore.rewrite_scan import RemovalScan, scan_for_removal
 
@@ -55,12 +56,12 @@ def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
         try:
             st = os.fstat(fd)
             upto = last_line_end(fd, st.st_size)
-            scan = scan_for_removal(fd, upto, key=key, value=value)
+            scan = scan_for_removal(fd, upto, key=key, value=value, prove=True)
         except OSError as exc:
             raise storage_error("read", path, exc) from exc
         replacement = None
         if scan.removed:
-            replacement = Replacement(path)
+            replacement = Replacement(path, digest=True)
             try:
                 replacement.copy(fd, scan.kept)
                 replacement.sync()
@@ -91,6 +92,7 @@ def finish(
             prepared is not None
             and (prepared.dev, prepared.ino) == (st.st_dev, st.st_ino)
             and st.st_size >= prepared.upto
+            and _unchanged(fd, prepared)
         ):
             head, rest = prepared.scan, scan_for_removal(fd, st.st_size, key=key, value=value, start=prepared.upto)
             replacement = prepared.replacement
@@ -112,10 +114,11 @@ def finish(
         if before is not None:
             before(removed)
         if replacement is None:
-            replacement = Replacement(path)
+            replacement = Replacement(path, digest=True)
             replacement.copy(fd, head.kept)
         replacement.copy(fd, rest.kept)
         replacement.write(rest.tail)
+        written = replacement.hasher.digest() if replacement.hasher is not None else b""
         after = replacement.commit()
     finally:
         if replacement is not None:
@@ -124,5 +127,16 @@ def finish(
         before=st,
         removed=frozenset(head.removed_starts | rest.removed_starts),
         dropped=tuple(head.dropped + rest.dropped),
+        written=written,
     )
     return Rewritten(removed, plan, after)
+
+
+def _unchanged(fd: int, prepared: Prepared) -> bool:
+    """The part copied without the lock is still what the file holds.
+
+    Memstore's writers only append, but another tool may have saved the file in place
+    meanwhile (same inode): its edit must not be lost to a copy taken before it.
+    """
+    seen = prepared.scan.seen
+    return seen is not None and still_holds(fd, [seen])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import stat
 import threading
@@ -22,6 +23,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from memstore.errors import LockError, NotRegularFileError, StorageError
+from memstore.lines_seen import Hasher, LineRecorder
 
 T = TypeVar("T")
 
@@ -354,8 +356,10 @@ class Replacement:
     manager, the temp file is removed unless :meth:`commit` succeeded.
     """
 
-    def __init__(self, path: Path, *, mode: int | None = None) -> None:
+    def __init__(self, path: Path, *, mode: int | None = None, digest: bool = False) -> None:
         self.path = path
+        self.hasher: Hasher | None = hashlib.sha256() if digest else None
+        """With ``digest``: the SHA-256 of every byte written so far, in order."""
         try:
             current: os.stat_result | None = os.lstat(path)
         except FileNotFoundError:
@@ -385,9 +389,11 @@ class Replacement:
 
     def write(self, data: bytes) -> None:
         self._do(lambda: write_all(self.fd, data))
+        if self.hasher is not None:
+            self.hasher.update(data)
 
     def copy(self, source: int, ranges: Sequence[tuple[int, int]]) -> None:
-        self._do(lambda: _copy_ranges(source, self.fd, ranges))
+        self._do(lambda: _copy_ranges(source, self.fd, ranges, self.hasher))
 
     def sync(self) -> None:
         """Make what is written so far durable (a last, shorter fsync at :meth:`commit` then suffices)."""
@@ -443,8 +449,9 @@ class Replacement:
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP}
 
 
-def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]]) -> None:
-    kernel = hasattr(os, "copy_file_range")
+def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]], hasher: Hasher | None = None) -> None:
+    # A digest of what is written needs the bytes in hand: copied through this process then.
+    kernel = hasattr(os, "copy_file_range") and hasher is None
     for start, end in ranges:
         offset = start
         while offset < end:
@@ -459,6 +466,8 @@ def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]]) ->
             else:
                 chunk = os.pread(source, min(READ_CHUNK, end - offset), offset)
                 write_all(target, chunk)
+                if hasher is not None:
+                    hasher.update(chunk)
                 copied = len(chunk)
             if copied == 0:
                 raise OSError(errno.EIO, "the file shrank while it was being copied")
@@ -514,12 +523,15 @@ class RawLine:
     terminated: bool
 
 
-def iter_raw_lines(fd: int, *, start: int = 0, stop: int | None = None) -> Iterator[RawLine]:
+def iter_raw_lines(
+    fd: int, *, start: int = 0, stop: int | None = None, recorder: LineRecorder | None = None
+) -> Iterator[RawLine]:
     """Split bytes ``[start, stop)`` of an open file on ``\\n`` only, in bounded memory.
 
     A line within one read chunk is sliced from it; a longer one is read in one
     ``pread`` once its newline is found, and only when it is at most MAX_LINE_BYTES,
-    so an oversized line never costs more than a chunk of memory.
+    so an oversized line never costs more than a chunk of memory.  A ``recorder`` is
+    told of every line before it is yielded (the bytes the caller gets, and its newline).
     """
     if stop is None:
         stop = os.fstat(fd).st_size
@@ -539,11 +551,25 @@ def iter_raw_lines(fd: int, *, start: int = 0, stop: int | None = None) -> Itera
             if newline < 0:
                 break
             end = chunk_pos + newline + 1
-            yield RawLine(line_start, end, _line_bytes(fd, line_start, end - 1, chunk, chunk_pos), True)
+            data = _line_bytes(fd, line_start, end - 1, chunk, chunk_pos)
+            if recorder is not None:
+                _record(recorder, data, line_start, end, terminated=True)
+            yield RawLine(line_start, end, data, True)
             line_start = end
             cursor = newline + 1
     if pos > line_start:
-        yield RawLine(line_start, pos, _line_bytes(fd, line_start, pos, chunk, chunk_pos), False)
+        data = _line_bytes(fd, line_start, pos, chunk, chunk_pos)
+        if recorder is not None:
+            _record(recorder, data, line_start, pos, terminated=False)
+        yield RawLine(line_start, pos, data, False)
+
+
+def _record(recorder: LineRecorder, data: bytes | None, start: int, end: int, *, terminated: bool) -> None:
+    if data is None:
+        if terminated:  # an oversized unterminated tail is never indexed: nothing to prove
+            recorder.skip(start, end)
+    else:
+        recorder.read(data, end, terminated=terminated)
 
 
 def _line_bytes(fd: int, start: int, stop: int, chunk: bytes, chunk_pos: int) -> bytes | None:

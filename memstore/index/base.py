@@ -74,6 +74,10 @@ def immediate(conn: sqlite3.Connection) -> Iterator[list[bool]]:
     conn.execute("COMMIT" if keep[0] else "ROLLBACK")
 
 
+class SourceChangedError(Exception):
+    """The file changed while a catch-up read it: its rows are rolled back and it is read again."""
+
+
 class StaleRowError(Exception):
     """A row's bytes no longer decode: the file changed under the index (rebuild and retry)."""
 
@@ -204,6 +208,8 @@ class IndexedSource:
                 force = False
             except StaleRowError:
                 force = True
+            except SourceChangedError:
+                force = False
             except DatabaseFault as exc:
                 self._on_sqlite_error(exc)
         raise IndexBusyError(f"{self.source_path} kept changing while it was being indexed")
@@ -219,6 +225,8 @@ class IndexedSource:
             if change is Change.NONE:
                 return RefreshReport(str(self.source_path), "none", state.rows if state else 0, seconds=0.0)
             rows = self._apply_change(conn, fd, st, change, state, prefix)
+            if SourceState.load(conn, self.SOURCE_NAME) is None:
+                raise SourceChangedError(self.source_path)
         if change is Change.REPLACED:
             compact(conn)
         if change is Change.REPLACED or rows - (state.rows if state else 0) > BIG_CHANGE_ROWS:
@@ -264,6 +272,8 @@ class IndexedSource:
                         if (creating or full) and report.action == "none":
                             report = dataclasses.replace(report, action="rebuilt" if full else "built")
                         break
+                    except SourceChangedError:
+                        continue
                     except DatabaseFault as exc:
                         self._on_sqlite_error(exc)
                 else:

@@ -28,10 +28,11 @@ from memstore.index.lines import Row, parsed_ranges, row_values
 from memstore.index.report import CheckResult
 from memstore.index.restrict import restriction_for
 from memstore.index.search import Hit, Planner, PlannerFactory
-from memstore.index.source import Change, PrefixDigest, SourceState
+from memstore.index.source import Change, PrefixDigest, SourceState, record_state
 from memstore.index.sqlite_search import search_rows
 from memstore.index.sqltext import encodable
 from memstore.jsonl import decode_entry
+from memstore.lines_seen import LinesSeen
 from memstore.models import MemoryEntry, memory_matches, memory_relevance_score
 from memstore.scan import ScanResult
 
@@ -52,6 +53,8 @@ class RewritePlan:
     before: os.stat_result
     removed: frozenset[int]
     dropped: tuple[tuple[int, int], ...]
+    written: bytes = b""
+    """The SHA-256 of the file the rewrite wrote: the index follows only a file proven to hold it."""
 
 
 @dataclass(slots=True)
@@ -145,7 +148,10 @@ class CatalogIndex(IndexedSource):
                 blank=state.blank,
             )
         total = st.st_size
+        seen: list[LinesSeen] = []
         for parsed in parsed_ranges(self.source_path, fd, ingest.indexed_to, total):
+            if parsed.seen is not None:
+                seen.append(parsed.seen)
             for row in parsed.rows:
                 self._add_row(ingest, row)
                 if len(ingest.docs) >= BATCH_ROWS:
@@ -166,7 +172,7 @@ class CatalogIndex(IndexedSource):
             vocabulary.load_from_fts(conn)
         if self._progress is not None:
             self._progress(total, total)
-        SourceState.of_file(
+        state = SourceState.of_file(
             SOURCE_NAME,
             fd,
             st,
@@ -176,7 +182,9 @@ class CatalogIndex(IndexedSource):
             corrupt=ingest.corrupt,
             blank=ingest.blank,
             prefix=prefix,
-        ).save(conn)
+            seen=seen,
+        )
+        record_state(conn, SOURCE_NAME, state)
         return ingest
 
     def _add_row(self, ingest: _Ingest, row: Row) -> None:
@@ -382,7 +390,8 @@ class CatalogIndex(IndexedSource):
         before = plan.before
         if (
             state is None
-            or (st.st_dev, st.st_ino, st.st_size) != (after.st_dev, after.st_ino, after.st_size)
+            or (st.st_dev, st.st_ino) != (after.st_dev, after.st_ino)
+            or st.st_size < after.st_size
             or (state.dev, state.ino, state.size, state.mtime_ns)
             != (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
         ):
@@ -394,6 +403,22 @@ class CatalogIndex(IndexedSource):
             )
         ]
         if len(removed) != len(plan.removed):
+            return False
+        # The lock was released after the replace: the file must be proven to hold what the
+        # rewrite wrote (another tool may have saved it in place since).  Lines appended
+        # since are left for the next catch-up, as any append is.
+        rewritten = SourceState.of_file(
+            SOURCE_NAME,
+            fd,
+            after,
+            indexed_to=after.st_size,
+            tail_end=None,
+            rows=state.rows - len(removed),
+            corrupt=state.corrupt,
+            blank=0,
+            expected=plan.written,
+        )
+        if rewritten is None:
             return False
         self._delete_rows(conn, removed)
         # Every kept line moves back by the bytes of the dropped lines before it: one
@@ -412,17 +437,7 @@ class CatalogIndex(IndexedSource):
                 " ORDER BY start DESC LIMIT 1) WHERE off > ?",
                 (shifts[0][0],),
             )
-        rows = state.rows - len(removed)
-        SourceState.of_file(
-            SOURCE_NAME,
-            fd,
-            st,
-            indexed_to=st.st_size,
-            tail_end=None,
-            rows=rows,
-            corrupt=state.corrupt,
-            blank=0,
-        ).save(conn)
+        rewritten.save(conn)
         return True
 
     @staticmethod

@@ -22,6 +22,7 @@ from memstore.files import iter_raw_lines
 from memstore.index.sqltext import encodable, sql_safe
 from memstore.index.terms import has_long_run, marks_text
 from memstore.jsonl import decode_entry, is_blank
+from memstore.lines_seen import LineRecorder, LinesSeen
 from memstore.models import MemoryEntry, tag_bonus
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ class ParsedRange:
     tail: Row | None = None
     """An unterminated last line that parses (the end of the file only)."""
     tail_end: int | None = None
+    seen: LinesSeen | None = None
+    """What the parse read, for the build to prove the file still holds it when it is digested."""
 
 
 RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, str, str, int]
@@ -96,7 +99,8 @@ def row_values(entry: MemoryEntry) -> RowValues:
 def parse_range(fd: int, start: int, stop: int) -> ParsedRange:
     """The index rows of the lines in bytes ``[start, stop)`` of an open catalog file."""
     parsed = ParsedRange(end=start)
-    for raw in iter_raw_lines(fd, start=start, stop=stop):
+    recorder = LineRecorder(start)
+    for raw in iter_raw_lines(fd, start=start, stop=stop, recorder=recorder):
         if not raw.terminated:
             entry = None if is_blank(raw.data) else decode_entry(raw.data)
             if entry is not None:
@@ -112,6 +116,7 @@ def parse_range(fd: int, start: int, stop: int) -> ParsedRange:
             parsed.corrupt += 1
             continue
         parsed.rows.append((raw.start, raw.end - raw.start - 1, *row_values(entry)))
+    parsed.seen = recorder.seen()
     return parsed
 
 
