@@ -28,6 +28,8 @@ from memstore.lines_seen import Hasher, LineRecorder
 T = TypeVar("T")
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
+LOCK_POLL_SECONDS = 0.02
+"""How often a bounded wait for a lock tries again."""
 """Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
 
 READ_CHUNK = 1024 * 1024
@@ -163,7 +165,8 @@ class FileLock:
     ) -> None:
         self.release()
 
-    def acquire(self) -> None:
+    def acquire(self, *, wait: float | None = None) -> None:
+        """Take the lock; with ``wait``, give up after that many seconds (:class:`LockError`, EAGAIN)."""
         if getattr(self._local, "fd", None) is not None:
             raise LockError(errno.EDEADLK, f"lock {self.path} is already held by this thread")
         try:
@@ -171,13 +174,18 @@ class FileLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
         except OSError as exc:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.path}: {exc.strerror}") from exc
+        deadline = None if wait is None else time.monotonic() + wait
         try:
             while True:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    fcntl.flock(fd, fcntl.LOCK_EX if deadline is None else fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except InterruptedError:
                     continue
+                except BlockingIOError:
+                    if deadline is None or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(LOCK_POLL_SECONDS)
         except OSError as exc:
             os.close(fd)
             raise LockError(exc.errno or errno.EIO, f"cannot lock {self.path}: {exc.strerror}") from exc

@@ -23,10 +23,10 @@ import sys
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memstore.errors import IndexUnavailableError, MemstoreError
+from memstore.errors import IndexUnavailableError, LockError, MemstoreError
 from memstore.files import DEFAULT_FILE_MODE, PRIVATE_FILE_MODE, FileLock, ensure_dir, fsync_dir
 from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_VERSION
 from memstore.index.trust import Generation, origin_problem, record_origin, schema_problem
@@ -148,6 +148,8 @@ class IndexFile:
         self.path = self.directory / INDEX_FILENAME
         self.readonly = readonly
         self.private = private
+        self.patient = False
+        """Whether building waits for another process's build however long it takes (``reindex``)."""
         self._mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
 
     # ------------------------------------------------------------------ opening
@@ -310,6 +312,23 @@ class IndexFile:
 
     # ------------------------------------------------------------------ building
 
+    @contextlib.contextmanager
+    def _building(self, *, replacing: bool) -> Iterator[None]:
+        """Hold build.lock.  A query that finds no index does not wait out another process's
+        first build (that can take a minute at 1M entries): it answers from a scan instead.
+        ``reindex`` (patient) and a rebuild asked for wait."""
+        lock = self._build_lock()
+        try:
+            lock.acquire(wait=None if self.patient or replacing else BUSY_TIMEOUT_MS / 1000)
+        except LockError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                raise IndexBusyError(f"another process is building the index at {self.path}") from exc
+            raise
+        try:
+            yield
+        finally:
+            lock.release()
+
     def _build_lock(self) -> FileLock:
         lock = self.directory / "build.lock"
         st = self._lstat(lock)
@@ -352,7 +371,7 @@ class IndexFile:
     def _build(self, populate: Populate | None, *, replace: Generation | None) -> None:
         try:
             self._ensure_directory()
-            with self._build_lock():
+            with self._building(replacing=replace is not None):
                 current = self._lstat(self.path)
                 if current is not None and (replace is None or _identity(current) != replace):
                     return  # another process built (or swapped in) a file meanwhile

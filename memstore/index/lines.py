@@ -67,7 +67,7 @@ def row_values(entry: MemoryEntry) -> RowValues:
     hold exactly (lone surrogates, NUL), entries with a newline inside a tag (``t``
     would not say where one tag ends, which the tag filter needs) and entries with a run
     of term characters too long for one FTS5 term become *odd* rows, scored and filtered
-    in Python.
+    in Python (their ``mid`` is kept when it is encodable).
     """
     content = entry.content.lower()
     tags = "\n".join(entry.tags)
@@ -93,7 +93,8 @@ def row_values(entry: MemoryEntry) -> RowValues:
             marks_text(tags),
             0,
         )
-    return (None, "", "", None, 0, None, None, "", "", 1)
+    # An odd row keeps its id when SQLite can hold it, so that ``show`` finds it without decoding.
+    return (entry.memory_id if encodable(entry.memory_id) else None, "", "", None, 0, None, None, "", "", 1)
 
 
 def parse_range(fd: int, start: int, stop: int) -> ParsedRange:

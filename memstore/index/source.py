@@ -258,9 +258,11 @@ class SourceState:
         """
         if self.is_current(fd, st):
             return Change.NONE, None
-        if (self.dev, self.ino) != (st.st_dev, st.st_ino) or st.st_size <= self.size:
-            # Replaced; same size with new times; shrunk: edited in place, truncated or touched.
+        if (self.dev, self.ino) != (st.st_dev, st.st_ino) or st.st_size < self.indexed_to:
+            # Replaced, or cut back into what was indexed.
             return Change.REPLACED, None
+        # Grown, touched, or changed only after the indexed bytes (a torn tail cut and a new
+        # line appended): when every indexed byte is proven intact, only the rest is read.
         prefix = self.verified_prefix(fd)
         if prefix is None:
             return Change.REPLACED, None
