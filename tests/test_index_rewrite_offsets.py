@@ -75,3 +75,26 @@ def test_offsets_after_a_rewrite_match_the_file(
             held = conn.execute("SELECT off, len FROM pos ORDER BY id").fetchall()
         assert held == starts
     _check(root, catalog)
+
+
+def test_the_query_after_a_followed_rewrite_reads_no_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index records the rewritten file as it is after the rename (which changes its ctime),
+    so the next query finds it current instead of digesting the whole file again."""
+    from memstore.index import source
+
+    catalog = MemoryCatalog(tmp_path)
+    for i in range(30):
+        catalog.add(f"entry {i}", branch_name="gone" if i % 3 == 0 else "stay")
+    assert catalog.search("entry", limit=100)
+    assert catalog.delete_by_branch("gone") == 10
+    reads: list[int] = []
+    real = source.PrefixDigest.extend
+
+    def counting(self: source.PrefixDigest, fd: int, end: int) -> None:
+        reads.append(end)
+        real(self, fd, end)
+
+    monkeypatch.setattr(source.PrefixDigest, "extend", counting)
+    assert len(catalog.search("entry", limit=100)) == 20
+    assert reads == []
+    _check(tmp_path, catalog)

@@ -239,14 +239,13 @@ class CatalogIndex(IndexedSource):
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
         """Remove rows, their FTS entries, their terms and their tags (counts stay exact)."""
+        terms: vocabulary.TermCounts = Counter()
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
             held = conn.execute(f"SELECT id, c, t, mc, mt FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
-            terms: vocabulary.TermCounts = Counter()
             for _row_id, content, tags, content_marks, tag_marks in held:
                 vocabulary.row_terms(terms, content, tags, content_marks, tag_marks)
-            vocabulary.remove(conn, terms)
             conn.execute(
                 f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
                 f" WHERE id IN ({marks})",
@@ -254,6 +253,8 @@ class CatalogIndex(IndexedSource):
             )
             conn.execute(f"DELETE FROM doc WHERE id IN ({marks})", chunk)
             conn.execute(f"DELETE FROM pos WHERE id IN ({marks})", chunk)
+        # Once for all the rows: a common term is counted down in one UPDATE, not one per chunk.
+        vocabulary.remove(conn, terms)
 
     # ------------------------------------------------------------------ answers
 
@@ -480,7 +481,9 @@ class CatalogIndex(IndexedSource):
         rewritten = SourceState.of_file(
             SOURCE_NAME,
             fd,
-            after,
+            # The rename changed the file's ctime after ``after`` was taken: when nothing was
+            # appended since, record the file as it is now, or the next query digests it again.
+            st if st.st_size == after.st_size else after,
             indexed_to=after.st_size,
             tail_end=None,
             rows=state.rows - len(removed),
