@@ -11,6 +11,7 @@ a checkout), the whole rewrite is done under the lock, as before.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ def finish(
             replacement.discard()
         return None
     try:
+        _still_at_path(path, st)
         if before is not None:
             before(removed)
         if replacement is None:
@@ -119,6 +121,7 @@ def finish(
         replacement.copy(fd, rest.kept)
         replacement.write(rest.tail)
         written = replacement.hasher.digest() if replacement.hasher is not None else b""
+        _still_at_path(path, st)
         after = replacement.commit()
     finally:
         if replacement is not None:
@@ -130,6 +133,21 @@ def finish(
         written=written,
     )
     return Rewritten(removed, plan, after)
+
+
+class FileReplacedError(StorageError):
+    """Another tool replaced the file while it was being rewritten: nothing was removed."""
+
+
+def _still_at_path(path: Path, st: os.stat_result) -> None:
+    """The path still names the file being rewritten (a checkout may have put another there)."""
+    try:
+        now = os.stat(path)
+    except OSError as exc:
+        raise storage_error("stat", path, exc) from exc
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        message = f"{path} was replaced by another tool during the rewrite; nothing was removed"
+        raise FileReplacedError(errno.EAGAIN, message)
 
 
 def _unchanged(fd: int, prepared: Prepared) -> bool:

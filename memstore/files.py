@@ -208,6 +208,30 @@ class FileLock:
             os.close(fd)
 
 
+def open_own_file(path: Path, *, mode: int) -> int:
+    """Open (creating it) a file memstore itself writes beside the canonical ones, read-write.
+
+    Never through a symbolic link, and never a file hard-linked elsewhere: a planted hard
+    link could make its bytes a canonical file's.  Such a name is removed (which leaves the
+    other file alone) and a file of memstore's own is created in its place.
+    """
+    for _attempt in range(3):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return fd
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    raise OSError(errno.EMLINK, f"{path} keeps being linked to another file")
+
+
+def still_own_file(fd: int) -> bool:
+    """The open file is still one memstore may write: a regular file no other name links to."""
+    st = os.fstat(fd)
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
+
+
 def write_all(fd: int, data: bytes) -> None:
     """Write every byte (``os.write`` may be short)."""
     view = memoryview(data)
@@ -343,14 +367,6 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
         return replacement.commit()
 
 
-def atomic_copy(path: Path, source: int, ranges: Sequence[tuple[int, int]], *, tail: bytes = b"") -> os.stat_result:
-    """Replace ``path`` (as :func:`atomic_write` does) with byte ranges of the open file ``source``, then ``tail``."""
-    with Replacement(path) as replacement:
-        replacement.copy(source, ranges)
-        replacement.write(tail)
-        return replacement.commit()
-
-
 class Replacement:
     """A temp file beside ``path`` that will replace it: filled in steps, then swapped in or discarded.
 
@@ -358,8 +374,8 @@ class Replacement:
     removed, so :func:`remove_stale_temps` can tell it from one a crashed writer left
     behind, and a rewrite can prepare most of the new file without the writer lock.
     A rewrite that keeps most lines byte for byte copies the runs between the lines it
-    drops (:meth:`copy`): ``copy_file_range`` moves them inside the kernel, with a
-    read/write loop where the file system cannot.  Anything but a regular file at
+    drops (:meth:`copy`), digesting them on the way when asked (``digest``), so the
+    index can later prove the file holds what was written.  Anything but a regular file at
     ``path`` (a symbolic link above all) is refused, not replaced.  Used as a context
     manager, the temp file is removed unless :meth:`commit` succeeded.
     """
@@ -454,32 +470,20 @@ class Replacement:
         self.discard()
 
 
-_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP}
 
 
 def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]], hasher: Hasher | None = None) -> None:
-    # A digest of what is written needs the bytes in hand: copied through this process then.
-    kernel = hasattr(os, "copy_file_range") and hasher is None
+    # Through this process, not copy_file_range: a rewrite digests every byte it writes.
     for start, end in ranges:
         offset = start
         while offset < end:
-            if kernel:
-                try:
-                    copied = os.copy_file_range(source, target, end - offset, offset)
-                except OSError as exc:
-                    if exc.errno not in _NO_KERNEL_COPY:
-                        raise
-                    kernel = False
-                    continue
-            else:
-                chunk = os.pread(source, min(READ_CHUNK, end - offset), offset)
-                write_all(target, chunk)
-                if hasher is not None:
-                    hasher.update(chunk)
-                copied = len(chunk)
-            if copied == 0:
+            chunk = os.pread(source, min(READ_CHUNK, end - offset), offset)
+            if not chunk:
                 raise OSError(errno.EIO, "the file shrank while it was being copied")
-            offset += copied
+            write_all(target, chunk)
+            if hasher is not None:
+                hasher.update(chunk)
+            offset += len(chunk)
 
 
 def temp_in_use(temp: Path) -> bool:

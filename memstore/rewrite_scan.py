@@ -15,7 +15,7 @@ and looks in Python only at the lines those searches name:
 
 Those lines are parsed, but only the one field is compared before an entry is built
 and validated.  What is kept is described as byte ranges, for
-:func:`memstore.files.atomic_copy` to copy inside the kernel.
+:meth:`memstore.files.Replacement.copy` to copy byte for byte.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def scan_for_removal(
     for piece in iter_line_blocks(fd, start=start, stop=size, block=block):
         if piece.data is None:
             if recorder is not None:
-                recorder.skip(piece.start, piece.start + piece.length)
+                # Kept byte for byte, so its bytes must be proven too, not only where it ends.
+                recorder.read_range(fd, piece.start, piece.start + piece.length)
             scan._keep(piece.start, piece.start + piece.length)
             continue
         if recorder is not None:

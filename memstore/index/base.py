@@ -292,15 +292,19 @@ class IndexedSource:
                 self._on_sqlite_error(exc)
                 return False
 
-    def refresh(self, *, full: bool = False, progress: Progress | None = None) -> RefreshReport:
-        """Catch up now (or rebuild with ``full``); returns what was done."""
-        return self._refresh(full=full, progress=progress, moves=0)
+    def refresh(self, *, full: bool = False, progress: Progress | None = None, patient: bool = True) -> RefreshReport:
+        """Catch up now (or rebuild with ``full``); returns what was done.
 
-    def _refresh(self, *, full: bool, progress: Progress | None, moves: int) -> RefreshReport:
+        ``patient``: wait for another process's build however long it takes (``reindex``);
+        otherwise give up after the busy timeout (:class:`IndexBusyError`).
+        """
+        return self._refresh(full=full, progress=progress, moves=0, patient=patient)
+
+    def _refresh(self, *, full: bool, progress: Progress | None, moves: int, patient: bool) -> RefreshReport:
         with self._mutex, self._open_source() as fd:
             started = time.perf_counter()
             self._progress = progress
-            self.file.patient = True
+            self.file.patient = patient
             try:
                 if fd is None:
                     return RefreshReport(str(self.source_path), "missing", 0, seconds=0.0)
@@ -322,7 +326,8 @@ class IndexedSource:
                     except SourceMovedError:
                         if moves >= ATTEMPTS:
                             raise IndexBusyError(f"{self.source_path} kept being replaced") from None
-                        return self._refresh(full=False, progress=progress, moves=moves + 1)  # the file now at the path
+                        # on the file now at the path
+                        return self._refresh(full=False, progress=progress, moves=moves + 1, patient=patient)
                     except DatabaseFault as exc:
                         self._on_sqlite_error(exc)
                 else:

@@ -321,9 +321,11 @@ class CatalogIndex(IndexedSource):
         def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
             hits = search_rows(conn, tokens, limit, state.rows, planner=planner, restriction=restriction)
             known: dict[int, MemoryEntry] = {}
-            for row_id, _off, _length, entry in self._odd_rows(conn, fd, state):
+            odd_at: dict[int, int] = {}
+            for row_id, off, _length, entry in self._odd_rows(conn, fd, state):
                 if memory_matches(entry, tokens) and entry_filter.admits(entry):
                     known[row_id] = entry
+                    odd_at[row_id] = off
                     hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id))
             if known:  # the planner's hits come sorted; odd rows join them here
                 hits.sort(key=Hit.sort_key)
@@ -342,7 +344,9 @@ class CatalogIndex(IndexedSource):
             found = [known.get(hit.row_id) or self._entry_at(fd, *self._place(places, hit.row_id)) for hit in top]
             # The index is input: a hit is only returned when the entry read back from the file is
             # the row's own, on a line of its own, and scores as the index said.
-            _distinct_lines([self._place(places, hit.row_id)[0] for hit in top if hit.row_id not in known])
+            _distinct_lines(
+                [odd_at[hit.row_id] if hit.row_id in known else self._place(places, hit.row_id)[0] for hit in top]
+            )
             for hit, entry in zip(top, found, strict=True):
                 if hit.row_id not in known and (
                     entry.created_at != hit.created_at or memory_relevance_score(entry, tokens) != hit.score
@@ -374,7 +378,9 @@ class CatalogIndex(IndexedSource):
                 f" WHERE d.odd = 0 AND {restriction.sql} ORDER BY d.id DESC LIMIT :k"
             )
             rows = conn.execute(sql, {**restriction.params, "k": limit}).fetchall()
-            _distinct_lines([off for _row_id, off, _length, _mid in rows])
+            admitted = {row_id for row_id, _entry in found}
+            odd_offsets = [off for row_id, off, _l, _e in self._odd_rows(conn, fd, state) if row_id in admitted]
+            _distinct_lines([off for _row_id, off, _length, _mid in rows] + odd_offsets)
             for row_id, off, length, mid in rows:
                 entry = self._entry_at(fd, off, length, mid)
                 if not entry_filter.admits(entry):
@@ -443,8 +449,12 @@ class CatalogIndex(IndexedSource):
     # ------------------------------------------------------------------ maintenance
 
     def prepare_rewrite(self) -> None:
-        """Bring the index level with the file before memstore rewrites it (caller holds the lock)."""
-        self.refresh()
+        """Bring the index level with the file before memstore rewrites it (caller may hold the lock).
+
+        Never waits out another process's build: a rewrite does not need the index, which is
+        then rebuilt lazily.
+        """
+        self.refresh(patient=False)
 
     def apply_rewrite(self, plan: RewritePlan, after: os.stat_result) -> bool:
         """Follow memstore's own rewrite: delete removed rows, shift offsets, record the new file.
@@ -462,8 +472,12 @@ class CatalogIndex(IndexedSource):
             state is None
             or (st.st_dev, st.st_ino) != (after.st_dev, after.st_ino)
             or st.st_size < after.st_size
-            or (state.dev, state.ino, state.size, state.mtime_ns)
-            != (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
+            # An unterminated line that is no entry was never indexed; the rewrite ends it with a
+            # newline, which makes it a corrupt line here: rare enough to leave to a rebuild.
+            or (state.tail_end is None and state.size > state.indexed_to)
+            # ctime too: an in-place edit can keep size and mtime, never ctime.
+            or (state.dev, state.ino, state.size, state.mtime_ns, state.ctime_ns)
+            != (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns)
         ):
             return False
         removed_at = dict(

@@ -294,11 +294,12 @@ class IndexFile:
             raise IndexUnavailableError(f"the index folder {self.directory} is {kind}; it is not followed")
 
     def _drop_linked_sidecars(self) -> None:
-        """SQLite opens -wal, -shm and -journal itself, following links: remove any that is not a file."""
+        """SQLite opens -wal, -shm and -journal itself, following links and writing into them:
+        remove any that is not a file of its own (a symbolic link, or hard-linked elsewhere)."""
         for suffix in SIDECARS:
             path = Path(f"{self.path}{suffix}")
             st = self._lstat(path)
-            if st is None or stat.S_ISREG(st.st_mode):
+            if st is None or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
                 continue
             if self.readonly:
                 raise IndexUnavailableError(f"readonly catalog: {path} is not a regular file")
@@ -314,9 +315,10 @@ class IndexFile:
 
     @contextlib.contextmanager
     def _building(self, *, replacing: bool) -> Iterator[None]:
-        """Hold build.lock.  A query that finds no index does not wait out another process's
-        first build (that can take a minute at 1M entries): it answers from a scan instead.
-        ``reindex`` (patient) and a rebuild asked for wait."""
+        """Hold build.lock.  A query that finds no index (or one to set aside or migrate) does
+        not wait out another process's build (a minute at 1M entries), nor a stuck holder of
+        this untrusted lock file: it answers from a scan instead.  ``reindex`` (patient) and a
+        rebuild asked for wait."""
         lock = self._build_lock()
         try:
             lock.acquire(wait=None if self.patient or replacing else BUSY_TIMEOUT_MS / 1000)
@@ -431,7 +433,7 @@ class IndexFile:
             raise IndexUnavailableError("readonly catalog: the index schema is old and is not migrated")
         from memstore.index.migrate import upgrade_to_head
 
-        with self._build_lock():
+        with self._building(replacing=False):
             if self.generation() != expected:
                 return
             try:
@@ -450,7 +452,7 @@ class IndexFile:
         if self.readonly:
             raise IndexUnavailableError(f"readonly catalog: the index is unusable ({reason})")
         try:
-            with self._build_lock():
+            with self._building(replacing=False):
                 self._set_aside_locked(reason, expected)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot set aside the damaged index {self.path}: {exc}") from exc
