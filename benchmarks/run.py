@@ -33,6 +33,7 @@ from typing import Any
 
 from benchmarks import corpus as corpora
 from benchmarks import gate as gate_floors
+from benchmarks import writers
 from benchmarks.baselines import CardScan, MemoryScan, grep_available, grep_count, load_entries, naive_search
 from benchmarks.generate import (
     DATA_DIR,
@@ -162,6 +163,7 @@ class Options:
     card_sizes: tuple[int, ...] = (10_000, 100_000)
     catchup_sizes: tuple[int, ...] = (1, 100, 10_000)
     add_count: int = 2_000
+    writer_rounds: int = 3
     process_runs: int = 15
     write_results: bool = True
     keep_work: bool = False
@@ -504,6 +506,24 @@ class Bench:
             f"  add: {m['add_per_s']:,.0f}/s (median {m['add_median_ms']:.2f} ms, "
             f"p95 {m['add_p95_ms']:.2f} ms); next query {_ms(seconds):.1f} ms"
         )
+        self._writer_processes()
+
+    def _writer_processes(self) -> None:
+        """1 and 4 writer processes against a bare append+fsync loop, same disk, same minutes."""
+        figures = writers.compare(
+            self.work_root / "writers",
+            adds=self.options.add_count,
+            rounds=self.options.writer_rounds,
+            seed=self.options.seed,
+        )
+        self.metrics.update(figures)
+        for n in writers.PROCESS_COUNTS:
+            self.log(
+                f"  {n} writer process(es): {figures[f'writers_{n}_per_s']:,.0f} adds/s "
+                f"(p50 {figures[f'writers_{n}_p50_ms']:.2f} ms, p95 {figures[f'writers_{n}_p95_ms']:.2f} ms); "
+                f"bare append+fsync {figures[f'bare_{n}_per_s']:,.0f}/s, "
+                f"{figures[f'bare_over_writers_{n}']:.2f}x the adds"
+            )
 
     def _raw_fsync_rate(self, count: int) -> float:
         """Appends of one 420-byte line + fsync per second on the same file system, right now:
@@ -536,6 +556,28 @@ class Bench:
         self.metrics["query_after_delete_ms"] = _ms(after)
         self._verify(list(self.mix.verify_rewrite), "delete_by_branch")
         self.log(f"  delete_by_branch: {deleted} rows in {seconds:.2f} s; next query {_ms(after):.1f} ms")
+
+    def rewrite_wait(self) -> None:
+        """A writer process adds in a loop while quarantine_by_branch rewrites the catalog.
+
+        Last of all: the writer's adds land between the rewrite and its index follow-up.
+        """
+        if self.catalog is None:
+            self.notes.append("no catalog: the writer wait during a rewrite was skipped")
+            return
+        catalog = self.catalog
+        figures, moved = writers.writer_wait(
+            self.work_root,
+            lambda: catalog.quarantine_by_branch(writers.WAIT_BRANCH, "bench"),
+            seed=self.options.seed,
+        )
+        figures["rewrite_under_writer_rows"] = float(moved)
+        self.metrics.update(figures)
+        self.log(
+            f"  quarantine_by_branch of {moved} rows in {figures['rewrite_under_writer_seconds']:.2f} s; "
+            f"a writer's slowest add meanwhile {figures['writer_max_add_during_rewrite_ms']:.0f} ms "
+            f"({figures['writer_wait_over_rewrite']:.2f}x the rewrite)"
+        )
 
     # ------------------------------------------------------------------ cards
 
@@ -699,6 +741,8 @@ class Bench:
             else:
                 self.notes.append("memstore.catalog missing: only the baselines were measured")
             groups += [[self.cards], [self.startup]]
+            if module_exists("memstore.catalog"):
+                groups.append([self.rewrite_wait])
             if index_available():
                 self._run_group([self.preflight])
                 if self.errors:  # a commit that cannot build an index fails in seconds, not after an hour
@@ -795,6 +839,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--catchup", default="1,100,10k", help="appended-line counts for catch-up")
     parser.add_argument("--adds", type=int, default=2_000, help="entries added to measure add throughput")
+    parser.add_argument("--writer-rounds", type=int, default=3, help="rounds of the 1- and 4-process writer runs")
     parser.add_argument("--process-runs", type=int, default=15, help="runs of each start-up measurement")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
@@ -834,6 +879,7 @@ def main(argv: list[str] | None = None) -> int:
         card_sizes=card_sizes,
         catchup_sizes=tuple(parse_size(part) for part in args.catchup.split(",") if part.strip()),
         add_count=max(1, args.adds),
+        writer_rounds=max(1, args.writer_rounds),
         process_runs=max(1, args.process_runs),
         write_results=not args.no_write,
         keep_work=args.keep_work,

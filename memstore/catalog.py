@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memstore import catalog_rewrite
 from memstore.checks import check_limit, check_readonly, require_mapping, require_str
 from memstore.entry_filter import EntryFilter
 from memstore.errors import (
@@ -31,13 +32,11 @@ from memstore.files import (
     MAX_LINE_BYTES,
     PRIVATE_FILE_MODE,
     FileLock,
-    append_line,
-    atomic_write,
-    cut_torn_tail,
-    iter_raw_lines,
     open_for_read,
     remove_stale_temps,
+    temp_in_use,
 )
+from memstore.group_commit import GroupCommit, PendingAppend
 from memstore.id_prefix import (
     SHORT_ID_MIN,
     SHOWN_CANDIDATES,
@@ -47,12 +46,12 @@ from memstore.id_prefix import (
     short_ids_among,
     shortest_unique,
 )
-from memstore.index.catalog_index import CatalogIndex, RewritePlan
+from memstore.index.catalog_index import CatalogIndex
 from memstore.index.db import IndexFile
 from memstore.index.report import CheckResult, IndexOff, IndexState, Progress, RefreshReport
 from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.index_policy import IndexPolicy
-from memstore.jsonl import decode_entry, encode_entry, is_blank, is_json, parse_json_bytes
+from memstore.jsonl import encode_entries, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
 from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_iso
 from memstore.reports import HealthReport, MaintenancePreview
@@ -111,6 +110,11 @@ class MemoryCatalog:
         self.readonly = readonly
         self.private = private
         self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
+        self._writer_lock = FileLock(self.lock_path, mode=self._file_mode)  # one per thread at a time, safe to share
+        self._commits = {
+            self.path: GroupCommit(self.path, mode=self._file_mode),
+            self.quarantine_path: GroupCommit(self.quarantine_path, mode=self._file_mode),
+        }
         self._scan = ScanCache(self.path)
         self._quarantine_scan = ScanCache(self.quarantine_path)
         self._index: IndexPolicy[CatalogIndex] = IndexPolicy(
@@ -130,7 +134,7 @@ class MemoryCatalog:
             raise ReadonlyError(f"Cannot {action} in readonly mode")
 
     def _lock(self) -> FileLock:
-        return FileLock(self.lock_path, mode=self._file_mode)
+        return self._writer_lock
 
     def _new_entry(self, content: str, tags: Iterable[str], branch_name: str | None, run_id: str | None) -> MemoryEntry:
         return MemoryEntry(
@@ -153,9 +157,7 @@ class MemoryCatalog:
         """Append one entry durably; the returned entry is on disk when this returns."""
         self._require_writable("add memory")
         entry = self._new_entry(content, tags, branch_name, run_id)
-        line = _readable(encode_entry(entry))
-        with self._lock():
-            self._append(self.path, line)
+        self._append_durably(self.path, _readable(encode_entry(entry)))
         return entry
 
     def add_quarantined(
@@ -171,31 +173,37 @@ class MemoryCatalog:
         self._require_writable("add quarantined memory")
         require_mapping("provenance", provenance, wanted="a dict")
         entry = self._new_entry(content, tags, branch_name, run_id)
-        line = _readable(encode_entry(entry, quarantine=True, provenance=dict(provenance)))
-        with self._lock():
-            self._append(self.quarantine_path, line)
+        self._append_durably(
+            self.quarantine_path, _readable(encode_entry(entry, quarantine=True, provenance=dict(provenance)))
+        )
         return entry
 
-    def _append(self, path: Path, lines: bytes) -> None:
-        """Append whole lines (caller holds the lock), first setting aside a torn last line.
+    def _append_durably(self, path: Path, lines: bytes) -> None:
+        """Append under the writer lock, then wait for durability after releasing it.
 
-        A writer killed mid-append leaves a fragment without a newline; appending after
-        it would bury a corrupt line in the middle of the file for every reader.
+        Waiting outside the lock lets the appends of other writers queue up behind
+        one fsync (group commit, :mod:`memstore.group_commit`).  A torn last line left
+        by a writer killed mid-append is set aside first: appending after it would bury
+        a corrupt line in the middle of the file for every reader.
         """
-        aside = cut_torn_tail(path, is_whole=_is_whole_line)
-        if aside is not None:
-            log.warning("set aside a torn last line of %s in %s", path, aside)
-        append_line(path, lines, mode=self._file_mode)
+        pending: PendingAppend | None = None
+        try:
+            with self._lock():
+                pending = self._commits[path].append(lines, is_whole=_is_whole_line)
+            pending.commit()
+        finally:
+            if pending is not None:
+                pending.close()
 
     def delete_by_branch(self, branch_name: str) -> int:
         self._require_writable("delete memory")
         require_str("branch_name", branch_name)
-        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name))
+        return len(self._rewrite_without("branch_name", branch_name))
 
     def delete_by_run_id(self, run_id: str) -> int:
         self._require_writable("delete memory")
         require_str("run_id", run_id)
-        return len(self._rewrite_without(lambda entry: entry.run_id == run_id, hint=run_id))
+        return len(self._rewrite_without("run_id", run_id))
 
     def quarantine_by_branch(self, branch_name: str, reason: str) -> int:
         """Move a branch's entries to quarantine: appended there first, then removed here.
@@ -207,92 +215,62 @@ class MemoryCatalog:
         require_str("reason", reason)
 
         def move(entries: builtins.list[MemoryEntry]) -> None:
-            quarantined_at = utc_now_iso()
-            lines = b"".join(
-                _readable(
-                    encode_entry(
-                        entry,
-                        quarantine=True,
-                        provenance={
-                            "reason": reason,
-                            "original_branch": branch_name,
-                            "quarantined_at": quarantined_at,
-                        },
-                    )
-                )
-                for entry in entries
-            )
-            self._append(self.quarantine_path, lines)
+            provenance = {"reason": reason, "original_branch": branch_name, "quarantined_at": utc_now_iso()}
+            lines = encode_entries(entries, quarantine=True, provenance=provenance)
+            for line in lines.splitlines(keepends=True):
+                _readable(line)
+            # Durable before memory.jsonl is replaced (under the writer lock): never in neither file.
+            with self._commits[self.quarantine_path].append(lines, is_whole=_is_whole_line) as pending:
+                pending.commit()
 
-        return len(self._rewrite_without(lambda entry: entry.branch_name == branch_name, hint=branch_name, before=move))
+        return len(self._rewrite_without("branch_name", branch_name, before=move))
 
     def _rewrite_without(
         self,
-        predicate: Callable[[MemoryEntry], bool],
+        key: str,
+        value: str,
         *,
-        hint: str,
         before: Callable[[builtins.list[MemoryEntry]], None] | None = None,
     ) -> builtins.list[MemoryEntry]:
-        """Rewrite memory.jsonl without matching entries, keeping every other line byte for byte.
+        """Rewrite memory.jsonl without the entries whose ``key`` equals ``value``; returns them.
 
-        Lines that do not parse are kept (they are someone's data); blank lines are dropped.
-        The index follows the rewrite in the same locked operation instead of rebuilding.
-        ``hint`` is the string value the predicate looks for: a line with no backslash
-        holds every string literally, so unless it contains the hint's UTF-8 bytes it
-        cannot match and is kept without being parsed.
+        Every other line is kept byte for byte (lines that do not parse are someone's
+        data); blank lines are dropped.  ``before`` runs under the lock ahead of the
+        replace (quarantine appends the entries there first).  Most of the scan and copy
+        happens before the writer lock is taken (:mod:`memstore.catalog_rewrite`), and
+        the index is told what moved (``RewritePlan``) after it is released, so writers
+        queued behind a rewrite wait for little more than the replace.
         """
+        prepared = catalog_rewrite.prepare(self.path, key=key, value=value)
         try:
-            needle: bytes | None = hint.encode("utf-8")
-        except UnicodeEncodeError:
-            needle = None  # only a line with escapes can hold a lone surrogate
-        # Catch the index up before taking the writer lock: indexing what others appended
-        # can take long on a big file, and every add would wait behind it.  Under the lock
-        # only what was appended in between is left to index.
-        self._index_for_rewrite()
-        with self._lock():
-            remove_stale_temps(self.path)
-            cut_torn_tail(self.path, is_whole=_is_whole_line)
-            index = self._index_for_rewrite()
-            fd = open_for_read(self.path)
-            if fd is None:
-                return []
-            removed: builtins.list[MemoryEntry] = []
-            removed_starts: set[int] = set()
-            dropped: builtins.list[tuple[int, int]] = []
-            kept: builtins.list[bytes] = []
+            # Catch the index up before taking the writer lock: indexing what others appended
+            # can take long on a big file, and every add would wait behind it.  Under the lock
+            # only what was appended in between is left to index.
+            self._index_for_rewrite()
+            fd: int | None = None
             try:
-                stat_before = os.fstat(fd)
-                for raw in iter_raw_lines(fd, stop=stat_before.st_size):
-                    if raw.data is None:
-                        kept.append(os.pread(fd, raw.end - raw.start, raw.start).rstrip(b"\n"))
-                        continue
-                    if is_blank(raw.data):
-                        dropped.append((raw.start, raw.end - raw.start))
-                        continue
-                    if b"\\" not in raw.data and (needle is None or needle not in raw.data):
-                        kept.append(raw.data)
-                        continue
-                    entry = decode_entry(raw.data)
-                    if entry is not None and predicate(entry):
-                        removed.append(entry)
-                        removed_starts.add(raw.start)
-                        dropped.append((raw.start, raw.end - raw.start))
-                    else:
-                        kept.append(raw.data)
+                with self._lock():
+                    remove_stale_temps(self.path)
+                    self._commits[self.path].cut_torn_tail(is_whole=_is_whole_line)
+                    index = self._index_for_rewrite()
+                    fd = open_for_read(self.path)
+                    if fd is None:
+                        return []
+                    done = catalog_rewrite.finish(self.path, fd, prepared, key=key, value=value, before=before)
             finally:
-                os.close(fd)
-            if not removed:
-                return []
-            if before is not None:
-                before(removed)
-            stat_after = atomic_write(self.path, b"".join(line + b"\n" for line in kept))
-            if index is not None:
-                plan = RewritePlan(before=stat_before, removed=frozenset(removed_starts), dropped=tuple(dropped))
-                try:
-                    index.apply_rewrite(plan, stat_after)
-                except IndexUnavailableError as exc:
-                    log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
-            return removed
+                if fd is not None:
+                    os.close(fd)  # after the lock: freeing a big replaced file takes a while
+        finally:
+            if prepared is not None:
+                prepared.discard()
+        if done is None:
+            return []
+        if index is not None:
+            try:
+                index.apply_rewrite(done.plan, done.after)
+            except IndexUnavailableError as exc:
+                log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
+        return done.removed
 
     def _index_for_rewrite(self) -> CatalogIndex | None:
         """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""
@@ -520,7 +498,11 @@ class MemoryCatalog:
         stale = 0
         prefix = f".{self.path.name}."
         if self.directory.is_dir():
-            stale = sum(1 for name in os.listdir(self.directory) if name.startswith(prefix) and name.endswith(".tmp"))
+            stale = sum(
+                1
+                for name in os.listdir(self.directory)
+                if name.startswith(prefix) and name.endswith(".tmp") and not temp_in_use(self.directory / name)
+            )
         missing_newline = False
         fd = open_for_read(self.path)
         if fd is not None:

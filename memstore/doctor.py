@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from memstore.errors import IndexUnavailableError, NotRegularFileError
-from memstore.files import MAX_JSON_FILE_BYTES, FileLock, atomic_write, iter_raw_lines, open_for_read, read_regular_file
+from memstore.files import (
+    MAX_JSON_FILE_BYTES,
+    FileLock,
+    atomic_write,
+    iter_raw_lines,
+    open_for_read,
+    read_regular_file,
+    temp_in_use,
+)
 from memstore.index.report import IndexOff
 from memstore.json_array import encode_array, parse_array
 from memstore.jsonl import is_blank, parse_json_bytes
@@ -465,7 +473,8 @@ def _temp_files(target: _Target) -> list[Path]:
         names = os.listdir(target.path.parent)
     except OSError:
         return []
-    return sorted(target.path.parent / name for name in names if name.startswith(prefix) and name.endswith(".tmp"))
+    found = (target.path.parent / name for name in names if name.startswith(prefix) and name.endswith(".tmp"))
+    return sorted(temp for temp in found if not temp_in_use(temp))  # a live rewrite holds its own
 
 
 def _index_findings(root: Path, report: list[Finding]) -> None:

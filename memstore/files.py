@@ -15,12 +15,15 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 from memstore.errors import LockError, NotRegularFileError, StorageError
+
+T = TypeVar("T")
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
@@ -195,7 +198,8 @@ class FileLock:
             os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte (``os.write`` may be short)."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
@@ -210,7 +214,7 @@ class AppendResult:
     end: int
 
 
-def _open_for_append(path: Path, mode: int) -> tuple[int, bool]:
+def open_for_append(path: Path, mode: int) -> tuple[int, bool]:
     """Open (or create) a regular file for appending; True when this call created it."""
     flags = os.O_RDWR | os.O_APPEND
     while True:
@@ -237,7 +241,7 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
     if not line.endswith(b"\n"):
         line += b"\n"
     try:
-        fd, created = _open_for_append(path, mode)
+        fd, created = open_for_append(path, mode)
     except StorageError:
         raise
     except OSError as exc:
@@ -248,7 +252,7 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
             line = b"\n" + line
         glued = line.startswith(b"\n") and size > 0
         try:
-            _write_all(fd, line)
+            write_all(fd, line)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
@@ -267,55 +271,42 @@ def append_line(path: Path, line: bytes, *, mode: int = DEFAULT_FILE_MODE) -> Ap
         os.close(fd)
 
 
-def cut_torn_tail(path: Path, *, is_whole: Callable[[bytes], bool]) -> Path | None:
-    """Set aside an unterminated last line that ``is_whole`` rejects (a write cut short by a crash).
+def torn_tail_start(fd: int, size: int, *, is_whole: Callable[[bytes], bool]) -> int | None:
+    """Where an unterminated last line that ``is_whole`` rejects begins (a write cut short by a crash).
 
-    The caller holds the file group's lock.  Without this, the next append would
-    turn the fragment into a corrupt line in the middle of the file.  The fragment
-    is copied durably to ``<name>.torn-<ns>`` beside the file (never lost) before the
-    file is truncated to its last newline.  A tail that parses, and one longer than
-    MAX_LINE_BYTES (readers skip it anyway), is left alone.  Returns the copy's path.
+    ``None`` when the file ends with a newline, when the tail parses, and when it is
+    longer than MAX_LINE_BYTES (readers skip it anyway).  The caller holds the file
+    group's lock and sets the tail aside (:func:`keep_torn_tail`) before truncating it:
+    appending after it would bury a corrupt line in the middle of the file.
     """
-    try:
-        fd = open_regular(path, os.O_RDWR)
-    except FileNotFoundError:
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return None
-    except StorageError:
-        raise
-    except OSError as exc:
-        raise storage_error("open", path, exc) from exc
+    start = 0
+    pos = size
+    while pos > 0 and size - pos <= MAX_LINE_BYTES:
+        chunk_start = max(0, pos - READ_CHUNK)
+        newline = os.pread(fd, pos - chunk_start, chunk_start).rfind(b"\n")
+        if newline >= 0:
+            start = chunk_start + newline + 1
+            break
+        pos = chunk_start
+    if size - start > MAX_LINE_BYTES:
+        return None
+    if is_whole(os.pread(fd, size - start, start)):
+        return None
+    return start
+
+
+def keep_torn_tail(path: Path, fd: int, start: int, size: int) -> Path:
+    """Copy bytes ``[start, size)`` durably to ``<name>.torn-<ns>`` beside the file (never lost)."""
+    aside = path.with_name(f"{path.name}.torn-{time.time_ns()}")
     try:
-        size = os.fstat(fd).st_size
-        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-            return None
-        start = 0
-        pos = size
-        while pos > 0 and size - pos <= MAX_LINE_BYTES:
-            chunk_start = max(0, pos - READ_CHUNK)
-            newline = os.pread(fd, pos - chunk_start, chunk_start).rfind(b"\n")
-            if newline >= 0:
-                start = chunk_start + newline + 1
-                break
-            pos = chunk_start
-        if size - start > MAX_LINE_BYTES:
-            return None
         tail = os.pread(fd, size - start, start)
-        if is_whole(tail):
-            return None
-        aside = path.with_name(f"{path.name}.torn-{time.time_ns()}")
-        atomic_write(aside, tail, mode=os.fstat(fd).st_mode & 0o777)
-        try:
-            os.ftruncate(fd, start)
-            os.fsync(fd)
-        except OSError as exc:
-            raise storage_error("truncate the torn last line of", path, exc) from exc
-        return aside
-    except StorageError:
-        raise
+        mode = os.fstat(fd).st_mode & 0o777
     except OSError as exc:
         raise storage_error("read the last line of", path, exc) from exc
-    finally:
-        os.close(fd)
+    atomic_write(aside, tail, mode=mode)
+    return aside
 
 
 def fsync_dir(directory: Path) -> None:
@@ -337,42 +328,162 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
     replace), which the index records so it can recognise its own rewrite.  Anything
     but a regular file at ``path`` (a symbolic link above all) is refused, not replaced.
     """
-    try:
-        current: os.stat_result | None = os.lstat(path)
-    except FileNotFoundError:
-        current = None
-    except OSError as exc:
-        raise storage_error("stat", path, exc) from exc
-    if current is not None and not stat.S_ISREG(current.st_mode):
-        raise not_regular(path, _kind(current.st_mode))
-    if mode is None:
-        mode = DEFAULT_FILE_MODE if current is None else current.st_mode & 0o777
-    tmp = temp_path_for(path)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        raise storage_error("create temp file for", path, exc) from exc
-    try:
+    with Replacement(path, mode=mode) as replacement:
+        replacement.write(data)
+        return replacement.commit()
+
+
+def atomic_copy(path: Path, source: int, ranges: Sequence[tuple[int, int]], *, tail: bytes = b"") -> os.stat_result:
+    """Replace ``path`` (as :func:`atomic_write` does) with byte ranges of the open file ``source``, then ``tail``."""
+    with Replacement(path) as replacement:
+        replacement.copy(source, ranges)
+        replacement.write(tail)
+        return replacement.commit()
+
+
+class Replacement:
+    """A temp file beside ``path`` that will replace it: filled in steps, then swapped in or discarded.
+
+    The temp file is created ``O_EXCL`` and held under ``flock`` until it is renamed or
+    removed, so :func:`remove_stale_temps` can tell it from one a crashed writer left
+    behind, and a rewrite can prepare most of the new file without the writer lock.
+    A rewrite that keeps most lines byte for byte copies the runs between the lines it
+    drops (:meth:`copy`): ``copy_file_range`` moves them inside the kernel, with a
+    read/write loop where the file system cannot.  Anything but a regular file at
+    ``path`` (a symbolic link above all) is refused, not replaced.  Used as a context
+    manager, the temp file is removed unless :meth:`commit` succeeded.
+    """
+
+    def __init__(self, path: Path, *, mode: int | None = None) -> None:
+        self.path = path
         try:
-            _write_all(fd, data)
-            os.fsync(fd)
-            written = os.fstat(fd)
-        finally:
+            current: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            current = None
+        except OSError as exc:
+            raise storage_error("stat", path, exc) from exc
+        if current is not None and not stat.S_ISREG(current.st_mode):
+            raise not_regular(path, _kind(current.st_mode))
+        if mode is None:
+            mode = DEFAULT_FILE_MODE if current is None else current.st_mode & 0o777
+        self.temp, self.fd = self._create(mode)
+
+    def _create(self, mode: int) -> tuple[Path, int]:
+        while True:
+            temp = temp_path_for(self.path)
+            try:
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+            except OSError as exc:
+                raise storage_error("create temp file for", self.path, exc) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.lstat(temp).st_ino == os.fstat(fd).st_ino:
+                    return temp, fd
+            except OSError:
+                pass  # a cleaner took it between the create and the lock: try another name
             os.close(fd)
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise storage_error("rewrite", path, exc) from exc
+
+    def write(self, data: bytes) -> None:
+        self._do(lambda: write_all(self.fd, data))
+
+    def copy(self, source: int, ranges: Sequence[tuple[int, int]]) -> None:
+        self._do(lambda: _copy_ranges(source, self.fd, ranges))
+
+    def sync(self) -> None:
+        """Make what is written so far durable (a last, shorter fsync at :meth:`commit` then suffices)."""
+        self._do(lambda: os.fsync(self.fd))
+
+    def commit(self) -> os.stat_result:
+        """fsync, rename over ``path``, fsync the folder; the stat of the new file."""
+
+        def swap() -> os.stat_result:
+            os.fsync(self.fd)
+            written = os.fstat(self.fd)
+            os.replace(self.temp, self.path)
+            return written
+
+        written = self._do(swap)
+        self._close()
+        try:
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise storage_error("fsync directory of", self.path, exc) from exc
+        return written
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.temp)
+            self._close()
+
+    def _do(self, step: Callable[[], T]) -> T:
+        if self.fd < 0:
+            raise storage_error("rewrite", self.path, OSError(errno.EBADF, "the replacement was discarded"))
+        try:
+            return step()
+        except OSError as exc:
+            self.discard()
+            raise storage_error("rewrite", self.path, exc) from exc
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __enter__(self) -> Replacement:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.discard()
+
+
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP}
+
+
+def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]]) -> None:
+    kernel = hasattr(os, "copy_file_range")
+    for start, end in ranges:
+        offset = start
+        while offset < end:
+            if kernel:
+                try:
+                    copied = os.copy_file_range(source, target, end - offset, offset)
+                except OSError as exc:
+                    if exc.errno not in _NO_KERNEL_COPY:
+                        raise
+                    kernel = False
+                    continue
+            else:
+                chunk = os.pread(source, min(READ_CHUNK, end - offset), offset)
+                write_all(target, chunk)
+                copied = len(chunk)
+            if copied == 0:
+                raise OSError(errno.EIO, "the file shrank while it was being copied")
+            offset += copied
+
+
+def temp_in_use(temp: Path) -> bool:
+    """A temp file whose writer is alive holds it under ``flock`` (see :class:`Replacement`)."""
     try:
-        fsync_dir(path.parent)
-    except OSError as exc:
-        raise storage_error("fsync directory of", path, exc) from exc
-    return written
+        fd = os.open(temp, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def remove_stale_temps(path: Path) -> int:
-    """Delete temp files a crashed rewrite of ``path`` left behind. Caller holds the lock."""
+    """Delete temp files a crashed rewrite of ``path`` left behind (not those a live writer holds). Lock held."""
     removed = 0
     prefix = f".{path.name}."
     try:
@@ -380,7 +491,7 @@ def remove_stale_temps(path: Path) -> int:
     except OSError:
         return 0
     for name in names:
-        if name.startswith(prefix) and name.endswith(".tmp"):
+        if name.startswith(prefix) and name.endswith(".tmp") and not temp_in_use(path.parent / name):
             try:
                 os.unlink(path.parent / name)
                 removed += 1
@@ -442,6 +553,75 @@ def _line_bytes(fd: int, start: int, stop: int, chunk: bytes, chunk_pos: int) ->
     if start >= chunk_pos:
         return chunk[start - chunk_pos : stop - chunk_pos]
     return os.pread(fd, stop - start, start)
+
+
+BLOCK_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LineBlock:
+    """Whole lines of a file in one piece: ``data[:length]`` holds bytes ``[start, start + length)``.
+
+    Every line there ends with ``\n`` except, in the last block, an unterminated final
+    line; ``data`` may run on past ``length`` (the start of the next block's first
+    line, not copied off).  ``data`` is ``None`` for a single line longer than
+    MAX_LINE_BYTES (``length`` bytes, never read into memory).
+    """
+
+    start: int
+    data: bytes | None
+    length: int
+
+
+def iter_line_blocks(fd: int, *, start: int = 0, stop: int, block: int = BLOCK_BYTES) -> Iterator[LineBlock]:
+    """Bytes ``[start, stop)`` of an open file as blocks of whole lines, for scans that split lines themselves.
+
+    Per-line objects cost more than the work a fast scan does per line, so this hands
+    out large blocks cut at newlines; a line longer than ``block`` comes alone (or as
+    a data-less block when longer than MAX_LINE_BYTES), found in bounded memory.
+    ``start`` must be the start of a line.
+    """
+    pos = start
+    while pos < stop:
+        data = os.pread(fd, min(block, stop - pos), pos)
+        if not data:
+            return
+        cut = data.rfind(b"\n") + 1
+        if pos + len(data) >= stop:
+            cut = len(data)  # the unterminated last line belongs to the last block
+        if cut:
+            yield LineBlock(pos, data, cut)
+            pos += cut
+            continue
+        end = _line_end(fd, pos + len(data), stop)  # one line longer than the block
+        length = end - pos
+        yield LineBlock(pos, os.pread(fd, length, pos) if length <= MAX_LINE_BYTES else None, length)
+        pos = end
+
+
+def last_line_end(fd: int, size: int) -> int:
+    """The offset just after the last newline in the first ``size`` bytes (0 when there is none)."""
+    pos = size
+    while pos > 0:
+        chunk_start = max(0, pos - READ_CHUNK)
+        newline = os.pread(fd, pos - chunk_start, chunk_start).rfind(b"\n")
+        if newline >= 0:
+            return chunk_start + newline + 1
+        pos = chunk_start
+    return 0
+
+
+def _line_end(fd: int, pos: int, stop: int) -> int:
+    """The offset just after the next newline at or after ``pos`` (``stop`` when there is none)."""
+    while pos < stop:
+        chunk = os.pread(fd, min(READ_CHUNK, stop - pos), pos)
+        if not chunk:
+            return pos
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return pos + newline + 1
+        pos += len(chunk)
+    return stop
 
 
 def read_fd(fd: int, size: int) -> bytes:

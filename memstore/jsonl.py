@@ -13,6 +13,7 @@ is the one place lines are decoded, so the scan, the index and the writers agree
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from memstore.errors import ArgumentTypeError, InvalidArgumentError
@@ -73,6 +74,19 @@ def is_blank(data: bytes | None) -> bool:
     return data is not None and not data.removeprefix(BOM).strip()
 
 
+def encode_entries(entries: Iterable[MemoryEntry], **extra: Any) -> bytes:
+    """The lines of many entries that share the same extra fields (checked once, not per entry)."""
+    for name, value in extra.items():
+        _check_encodable(name, value)
+    return b"".join(_encode(entry, extra) for entry in entries)
+
+
+def _encode(entry: MemoryEntry, extra: dict[str, Any]) -> bytes:
+    payload = entry.to_dict()
+    payload.update(extra)
+    return (json.dumps(payload, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+
+
 def encode_entry(entry: MemoryEntry, **extra: Any) -> bytes:
     """The on-disk form: ``json.dumps(..., sort_keys=True)`` with default separators, plus newline.
 
@@ -80,11 +94,9 @@ def encode_entry(entry: MemoryEntry, **extra: Any) -> bytes:
     circular or too deeply nested structure, NaN or infinity) raises a typed error
     (ArgumentTypeError for a type, InvalidArgumentError for a value) and nothing is written.
     """
-    payload = entry.to_dict()
     for name, value in extra.items():
         _check_encodable(name, value)
-    payload.update(extra)
-    return (json.dumps(payload, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    return _encode(entry, extra)
 
 
 def _check_encodable(name: str, value: Any) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from memstore.checks import check_limit, require_str
 from memstore.errors import EmptyContentError, EntryNotFoundError, InvalidArgumentError
-from memstore.files import FileLock, append_line, atomic_write, read_regular_file
+from memstore.files import FileLock, atomic_write, read_regular_file
+from memstore.group_commit import GroupCommit
 from memstore.layout import TEAM_FILE, TEAM_LOCK, ensure_store, store_dir
 from memstore.models import utc_now_iso
 
@@ -40,6 +41,7 @@ class TeamMemory:
         self.directory = store_dir(self.root)
         self.path = self.directory / TEAM_FILE
         self._lock = FileLock(self.directory / TEAM_LOCK)
+        self._commit = GroupCommit(self.path)
 
     def add(self, entry: str) -> str:
         """Append one entry and return the written line (without its newline)."""
@@ -49,7 +51,9 @@ class TeamMemory:
         line = f"- {utc_now_iso()} — {text}"
         ensure_store(self.directory)
         with self._lock:
-            append_line(self.path, line.encode("utf-8"))
+            pending = self._commit.append(line.encode("utf-8") + b"\n")
+        with pending:  # durable outside the lock: one fsync covers the notes queued behind it
+            pending.commit()
         return line
 
     def list(self) -> builtins.list[str]:
@@ -81,9 +85,7 @@ class TeamMemory:
                 raise EntryNotFoundError(f"no team note contains {text!r}") from None
             # Split as list() does (LF, CRLF or a lone CR), keeping each line's own ending.
             raw_lines = re.findall(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", data)
-            shown = [
-                raw.decode("utf-8", errors="replace").removeprefix("\ufeff").rstrip("\r\n") for raw in raw_lines
-            ]
+            shown = [raw.decode("utf-8", errors="replace").removeprefix("\ufeff").rstrip("\r\n") for raw in raw_lines]
             hits = [i for i, line in enumerate(shown) if line.strip() and text in line]
             if not hits:
                 raise EntryNotFoundError(f"no team note contains {text!r}")

@@ -137,7 +137,7 @@ def lock_holder(lock_path: str, ready_path: str) -> None:
 
 
 class _KillingOS:
-    """Stands in for ``os`` inside memstore.files and SIGKILLs the process at one point."""
+    """Stands in for ``os`` inside memstore.files and memstore.group_commit and SIGKILLs the process at one point."""
 
     def __init__(self, point: str) -> None:
         self.point = point
@@ -177,6 +177,12 @@ class _KillingOS:
             self.die()
         return written
 
+    def copy_file_range(self, src: int, dst: int, count: int, *args: Any) -> int:
+        if self.armed and dst in self.temp_fds and self.point == "mid_write":
+            os.copy_file_range(src, dst, max(1, count // 2), *args)
+            self.die()
+        return os.copy_file_range(src, dst, count, *args)
+
     def fsync(self, fd: int) -> None:
         os.fsync(fd)
         if self.armed and fd in self.temp_fds and self.point == "after_fsync":
@@ -196,12 +202,14 @@ def rewrite_killer(root: str, point: str, action: str, argument: str, report_pat
 
     def body() -> None:
         import memstore.files as files
+        import memstore.group_commit as group_commit
         from memstore.catalog import MemoryCatalog
 
         catalog = MemoryCatalog(root)
         catalog.list(limit=1)  # the index is built before the kill point is armed
         killer = _KillingOS(point)
         files.os = killer  # type: ignore[attr-defined]
+        group_commit.os = killer  # type: ignore[attr-defined]
         real_fsync_dir = files.fsync_dir
 
         def fsync_dir(directory: Path) -> None:

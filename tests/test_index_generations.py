@@ -342,6 +342,7 @@ def test_search_work_is_linear_in_the_rows_whatever_the_limit(
     assert catalog.search("zzz") == []  # builds the index
     monkeypatch.setattr(search, "CANDIDATE_CAP", 3)
     monkeypatch.setattr(search, "FALLBACK_CAP", 0)
+    monkeypatch.setattr(search, "SET_ROWS", 3)  # no narrowed set: the walk reads the rows itself
     ticks = [0]
 
     def clock() -> float:

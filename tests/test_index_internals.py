@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from memstore.catalog import MemoryCatalog
-from memstore.index.db import INDEX_DIRNAME, INDEX_FILENAME, SCHEMA_VERSION, IndexFile
+from memstore.index.db import INDEX_DIRNAME, INDEX_FILENAME, IndexFile
 from memstore.index.search import Has
+from memstore.index.settings import SCHEMA_VERSION
 from memstore.index.sqlite_search import SqliteSearch
 from memstore.index.terms import CONTENT
 

@@ -14,6 +14,7 @@ from memstore.index.terms import (
     INSIDE,
     LONG_RUN_CHARS,
     MARK_CHARS,
+    PIECE,
     STARTS,
     WHOLE,
     gram_text,
@@ -49,6 +50,7 @@ def fts_terms(texts: list[str]) -> set[str]:
 def test_python_terms_are_the_tokenizers_terms(texts: list[str]) -> None:
     # The incremental catch-up computes terms in Python; a term it missed would hide rows.
     assert set().union(*(text_terms(text) for text in texts)) == fts_terms(texts)
+    assert all(text_terms(text) == set(PIECE.findall(text)) for text in texts)
 
 
 @settings(max_examples=500, deadline=None)

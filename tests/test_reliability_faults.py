@@ -1,8 +1,9 @@
 """Fault injection on every write path: the Nth open/write/fsync/replace/ftruncate fails.
 
-``memstore.files`` does all of memstore's durable I/O (locks, appends, rewrites,
-directory fsyncs), so its ``os`` is swapped for a stand-in that raises EIO, ENOSPC
-or EACCES on the Nth call of one function, once or from then on.  For every N up
+``memstore.files`` and ``memstore.group_commit`` do all of memstore's durable I/O
+(locks, appends and their shared fsyncs, rewrites, directory fsyncs), so their ``os``
+is swapped for one stand-in that raises EIO, ENOSPC or EACCES on the Nth call of one
+function, once or from then on.  For every N up
 to the number of calls a clean run makes, each operation must:
 
 - raise a typed memstore error (a StorageError, LockError included) or succeed;
@@ -36,6 +37,7 @@ import reliability_workers as workers
 
 import memstore.catalog
 import memstore.files
+import memstore.group_commit
 import memstore.pinned
 import memstore.team
 from memstore.cards import FailureCard
@@ -45,7 +47,7 @@ from memstore.failure_cards import FailureCardStorage
 from memstore.pinned import PinnedFileStorage
 from memstore.team import TeamMemory
 
-FUNCTIONS = ["open", "write", "fsync", "replace", "ftruncate"]
+FUNCTIONS = ["open", "write", "fsync", "replace", "ftruncate", "copy_file_range"]
 ERRNOS = [errno.EIO, errno.ENOSPC, errno.EACCES]
 WATCHED = ["memory.jsonl", "memory-quarantine.jsonl", "failures.json", "pinned.json", "team-memory.md"]
 
@@ -86,6 +88,9 @@ class FaultyOS:
 
     def ftruncate(self, *args: Any, **kwargs: Any) -> None:
         self._call("ftruncate", *args, **kwargs)
+
+    def copy_file_range(self, *args: Any, **kwargs: Any) -> int:
+        return int(self._call("copy_file_range", *args, **kwargs))
 
 
 @dataclass
@@ -237,6 +242,7 @@ def _locks_free(root: Path) -> bool:
 def _faulted(monkeypatch: pytest.MonkeyPatch, faulty: FaultyOS) -> Iterator[None]:
     with monkeypatch.context() as patch:
         patch.setattr(memstore.files, "os", faulty)
+        patch.setattr(memstore.group_commit, "os", faulty)
         yield
 
 
@@ -340,11 +346,20 @@ def test_failed_fsync_of_an_add_is_not_acknowledged(tmp_path: Path, monkeypatch:
     assert catalog.list(limit=1)[0].content == "next"
 
 
-def test_enospc_keeps_its_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+class NoKernelCopyOS(FaultyOS):
+    """A file system without ``copy_file_range``: rewrites fall back to reads and writes."""
+
+    def copy_file_range(self, *args: Any, **kwargs: Any) -> int:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+
+@pytest.mark.parametrize("failing", ["copy_file_range", "write"])
+def test_enospc_keeps_its_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
     catalog = MemoryCatalog(tmp_path)
     catalog.add("a", branch_name="b")
     catalog.add("kept", branch_name="c")
-    for _ in _faulted(monkeypatch, FaultyOS("write", 1, errno.ENOSPC, persistent=True)):
+    stand_in = FaultyOS if failing == "copy_file_range" else NoKernelCopyOS
+    for _ in _faulted(monkeypatch, stand_in(failing, 1, errno.ENOSPC, persistent=True)):
         with pytest.raises(StorageError) as caught:
             catalog.delete_by_branch("b")
     assert caught.value.errno == errno.ENOSPC

@@ -59,6 +59,21 @@ def compact(conn: sqlite3.Connection) -> None:
         log.info("index not compacted after a rebuild: %s", exc)
 
 
+@contextlib.contextmanager
+def immediate(conn: sqlite3.Connection) -> Iterator[list[bool]]:
+    """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends normally and the flag it
+    yields is still true, rolled back when the block sets it false or raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    keep = [True]
+    try:
+        yield keep
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT" if keep[0] else "ROLLBACK")
+
+
 class StaleRowError(Exception):
     """A row's bytes no longer decode: the file changed under the index (rebuild and retry)."""
 
@@ -197,20 +212,13 @@ class IndexedSource:
 
     def _catch_up(self, conn: sqlite3.Connection, fd: int, *, force: bool = False) -> RefreshReport:
         started = time.perf_counter()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with immediate(conn):
             st = os.fstat(fd)
             state = SourceState.load(conn, self.SOURCE_NAME)
             change, prefix = (Change.REPLACED, None) if (state is None or force) else state.classify(fd, st)
             if change is Change.NONE:
-                conn.execute("COMMIT")
                 return RefreshReport(str(self.source_path), "none", state.rows if state else 0, seconds=0.0)
             rows = self._apply_change(conn, fd, st, change, state, prefix)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
         if change is Change.REPLACED:
             compact(conn)
         if change is Change.REPLACED or rows - (state.rows if state else 0) > BIG_CHANGE_ROWS:
@@ -228,15 +236,9 @@ class IndexedSource:
                 return False
             try:
                 conn = self._connection()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    ok = change(conn, fd)
-                    conn.execute("COMMIT" if ok else "ROLLBACK")
-                    return ok
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+                with immediate(conn) as keep:
+                    keep[0] = change(conn, fd)
+                return keep[0]
             except DatabaseFault as exc:
                 self._on_sqlite_error(exc)
                 return False

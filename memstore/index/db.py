@@ -28,15 +28,13 @@ from pathlib import Path
 
 from memstore.errors import IndexUnavailableError, MemstoreError
 from memstore.files import DEFAULT_FILE_MODE, PRIVATE_FILE_MODE, FileLock, ensure_dir, fsync_dir
+from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_VERSION
 from memstore.index.trust import Generation, origin_problem, record_origin, schema_problem
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4
-SCHEMA_REVISION = "0004"
 INDEX_DIRNAME = "index"
 INDEX_FILENAME = "memstore.sqlite3"
-BUSY_TIMEOUT_MS = 10_000
 CACHE_KIB = 64 * 1024
 """SQLite's page cache per connection (the default is 2 MiB): memory is taken only as pages are read."""
 KEEP_DAMAGED = 3

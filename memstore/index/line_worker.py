@@ -12,6 +12,7 @@ ever unpickled.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import queue
@@ -142,6 +143,10 @@ def main() -> None:
     """The worker's loop: parse each requested range of the file it was given, until told to stop."""
     from memstore.files import open_for_read
     from memstore.index.lines import parse_range
+
+    # A parse builds hundreds of thousands of tuples and frees them all when sent: the cycle
+    # collector would only walk them again and again (a short-lived process needs none).
+    gc.disable()
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     path, identity = _receive(stdin)

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from memstore.errors import IndexUnavailableError
-from memstore.index.db import SCHEMA_REVISION, SCHEMA_VERSION
+from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_REVISION, SCHEMA_VERSION
 
 
 def _set_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA trusted_schema = OFF")
-    cursor.execute("PRAGMA busy_timeout = 10000")
+    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     cursor.close()
 
 

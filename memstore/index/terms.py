@@ -49,9 +49,17 @@ def is_whole_piece(token: str) -> bool:
     return PIECE.fullmatch(token) is not None
 
 
+_SEPARATORS_TO_SPACE = bytes(0x20 if code < 128 and not chr(code).isalnum() else code for code in range(256))
+
+
 def text_terms(text: str) -> set[str]:
-    """The distinct terms a column's text is filed under (what the tokenizer emits)."""
-    return set(PIECE.findall(text))
+    """The distinct terms a column's text is filed under (what the tokenizer emits).
+
+    The same runs as ``PIECE.findall`` (a test holds it), found on the UTF-8 bytes, where
+    one C pass turns every ASCII separator into a space: several times faster.
+    """
+    runs = set(text.encode("utf-8", "surrogatepass").translate(_SEPARATORS_TO_SPACE).split())
+    return {run.decode("utf-8", "surrogatepass") for run in runs}
 
 
 def has_long_run(texts: Iterable[str]) -> bool:
@@ -69,32 +77,35 @@ def mark(char: str) -> str:
 
 
 _MARK_TERM = {char: mark(char) for char in MARK_CHARS}
-_DROP_ALL_BUT_MARKS = {code: None for code in range(128) if chr(code) not in MARK_CHARS}
-"""str.translate table keeping marks (and non-ASCII): much faster than a set of every character."""
 
 
 _MARK_RUN = re.compile("[" + re.escape("".join(sorted(MARK_CHARS))) + "]{2,}")
+_NOT_MARKS = bytes(code for code in range(256) if not (code < 128 and chr(code) in MARK_CHARS))
+_BYTE_TERM = {ord(char): term for char, term in _MARK_TERM.items()}
 
 
-def _marks(text: str, kept: set[str]) -> list[str]:
-    """Mark terms: each distinct mark, and each distinct pair of marks side by side (``'(`` in ``'('``)."""
-    found = set(map(_MARK_TERM.__getitem__, kept))
-    for run in _MARK_RUN.findall(text):
-        found.update(_MARK_TERM[a] + _MARK_TERM[b] for a, b in itertools.pairwise(run))
-    return sorted(found)
+def _pairs(text: str) -> set[str]:
+    """Mark terms of each pair of marks side by side (``'(`` in ``'('``)."""
+    return {
+        _MARK_TERM[a] + _MARK_TERM[b] for run in _MARK_RUN.findall(text) for a, b in itertools.pairwise(run)
+    }
 
 
 def token_marks(token: str) -> tuple[str, ...]:
     """The marks every occurrence of a token brings with it (single marks and adjacent pairs)."""
-    return tuple(_marks(token, set(token) & MARK_CHARS))
+    return tuple(sorted({_MARK_TERM[char] for char in set(token) & MARK_CHARS} | _pairs(token)))
 
 
 def marks_text(text: str) -> str:
     """A column's marks, as the text of its marks column (space-separated terms)."""
-    kept = set(text.translate(_DROP_ALL_BUT_MARKS))
-    if not text.isascii():
-        kept &= MARK_CHARS
-    return " ".join(_marks(text, kept))
+    # Deleting every byte but the marks is one C pass; most texts have few of them.
+    kept = text.encode("utf-8", "surrogatepass").translate(None, _NOT_MARKS)
+    if not kept:
+        return ""
+    found = set(map(_BYTE_TERM.__getitem__, set(kept)))
+    if len(kept) > 1:
+        found |= _pairs(text)
+    return " ".join(sorted(found))
 
 
 START = "qs"

@@ -1,0 +1,356 @@
+"""Group commit: appends made durable by fsyncs that overlap, with a shared record of their outcome.
+
+An append is written under the file group's writer lock (``memory.lock``), which is
+released before the bytes are made durable, so the next writer appends while this
+one waits on the disk.  Each writer then fsyncs its own descriptor, with no lock
+held: concurrent fsyncs of one file are merged by the file system into one journal
+commit (ext4's jbd2 joins every fsync that arrives while a commit is being written),
+which is the group commit.  On this project's 2-core machine that beat a leader
+holding a sync lock during its fsync for followers to queue behind (measured in
+``benchmarks/writers.py``): each hand-over of the lock is a wake-up, and on a busy
+machine a wake-up can cost a scheduler tick, several times per batch.
+
+The file's *sync lock* (``memory.sync.lock`` beside ``memory.jsonl``; never replaced
+or deleted) holds a small record about the inode (see :mod:`memstore.sync_record`),
+taken only to update it, briefly.  A writer whose bytes a successful fsync already
+vouches for returns without an fsync of its own; a writer whose bytes may have waited
+on a failed fsync fails.  Why that is safe:
+
+* A claim vouches only for bytes written after the claiming descriptor was opened and
+  before its fsync began.  Linux reports a writeback error to every descriptor that
+  was open when it happened (each hears of it once), so an error on those bytes would
+  have failed that fsync, whichever process saw the error first and whatever became
+  of it: a writer killed mid-fsync leaves nothing to clean up.  Each writer's own
+  descriptor is opened before its write and kept until its fsync, for the same reason.
+* A failed fsync is never retried and never trusted again for what it covered: Linux
+  may mark the pages clean, so a later fsync succeeds without the bytes.  The writer
+  that sees the error marks the bytes from its own (or from the end of the last
+  claim, if earlier) to the end of the file as lost; any writer whose bytes overlap
+  that range fails, even after its own fsync succeeds.  This also holds where errors
+  are reported once to a single caller.
+* Offsets only mean something while the file only grows.  Rewrites replace it (a new
+  inode, so the record no longer applies); memstore's own truncations (a torn tail set
+  aside, a failed write cut back) happen under the sync lock, lower the record and
+  count the cut, and a claim is recorded only if no cut came after its writer looked
+  at the file's size; before every append the writer checks, under the writer lock,
+  that no recorded offset lies past the end of the file, which catches truncations by
+  others and a recycled inode number, and lowers the record first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from memstore.errors import LockError, StorageError
+from memstore.files import (
+    DEFAULT_FILE_MODE,
+    fsync_dir,
+    keep_torn_tail,
+    open_for_append,
+    open_regular,
+    storage_error,
+    torn_tail_start,
+    write_all,
+)
+from memstore.sync_record import NEVER, SyncRecord, Verdict
+
+log = logging.getLogger(__name__)
+
+SYNC_LOCK_SUFFIX = ".sync.lock"
+
+
+def sync_lock_path(path: Path) -> Path:
+    """``memory.jsonl`` → ``memory.sync.lock``: ignored by the store's ``*.lock`` rule."""
+    return path.with_name(path.stem + SYNC_LOCK_SUFFIX)
+
+
+class GroupCommit:
+    """Appends to one file, made durable by fsyncs shared between writers and processes."""
+
+    def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE) -> None:
+        self.path = Path(path)
+        self.sync_path = sync_lock_path(self.path)
+        self._mode = mode
+
+    # ------------------------------------------------------------- under the writer lock
+
+    def append(self, data: bytes, *, is_whole: Callable[[bytes], bool] | None = None) -> PendingAppend:
+        """Write whole lines at the end of the file; the caller holds the writer lock.
+
+        Returns before the bytes are durable: release the writer lock, then call
+        :meth:`PendingAppend.commit`.  A last line without a newline gets one first;
+        when ``is_whole`` rejects it (a write cut short), it is set aside instead.
+        A file this call creates is made durable, with its directory, before it returns,
+        since later appends by others depend on its name.
+        """
+        sync_fd = self._open_sync()
+        fd = -1
+        try:
+            try:
+                fd, created = open_for_append(self.path, self._mode)
+                st = os.fstat(fd)
+            except StorageError:
+                raise
+            except OSError as exc:
+                raise storage_error("open", self.path, exc) from exc
+            size = st.st_size
+            try:
+                unterminated = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+            except OSError as exc:
+                raise storage_error("read the last line of", self.path, exc) from exc
+            if unterminated and is_whole is not None:
+                size, aside = self._set_aside_torn_tail(sync_fd, fd, st, is_whole)
+                unterminated = aside is None  # cut back to its last newline, or a whole line kept
+            if unterminated:
+                data = b"\n" + data
+            self._check_record(sync_fd, fd, st, size)
+            try:
+                write_all(fd, data)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    self._truncate(sync_fd, fd, st, size)
+                raise storage_error("append to", self.path, exc) from exc
+            pending = PendingAppend(self, fd, sync_fd, st.st_dev, st.st_ino, size, size + len(data))
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            os.close(sync_fd)
+            raise
+        if created:
+            with pending:
+                pending.commit()
+                try:
+                    fsync_dir(self.path.parent)
+                except OSError as exc:
+                    raise storage_error("fsync directory of", self.path, exc) from exc
+        return pending
+
+    def cut_torn_tail(self, *, is_whole: Callable[[bytes], bool]) -> Path | None:
+        """Set aside an unterminated last line ``is_whole`` rejects; the caller holds the writer lock.
+
+        Returns where the fragment was copied, or None when there was none.
+        """
+        sync_fd = self._open_sync()
+        try:
+            try:
+                fd = open_regular(self.path, os.O_RDWR)
+            except FileNotFoundError:
+                return None
+            except StorageError:
+                raise
+            except OSError as exc:
+                raise storage_error("open", self.path, exc) from exc
+            try:
+                st = os.fstat(fd)
+                return self._set_aside_torn_tail(sync_fd, fd, st, is_whole)[1]
+            except StorageError:
+                raise
+            except OSError as exc:
+                raise storage_error("read the last line of", self.path, exc) from exc
+            finally:
+                os.close(fd)
+        finally:
+            os.close(sync_fd)
+
+    def _set_aside_torn_tail(
+        self, sync_fd: int, fd: int, st: os.stat_result, is_whole: Callable[[bytes], bool]
+    ) -> tuple[int, Path | None]:
+        """Copy a torn last line aside and cut it off; returns the size afterwards and the copy."""
+        try:
+            start = torn_tail_start(fd, st.st_size, is_whole=is_whole)
+        except OSError as exc:
+            raise storage_error("read the last line of", self.path, exc) from exc
+        if start is None:
+            return st.st_size, None
+        aside = keep_torn_tail(self.path, fd, start, st.st_size)
+        try:
+            self._truncate(sync_fd, fd, st, start)
+        except OSError as exc:
+            raise storage_error("truncate the torn last line of", self.path, exc) from exc
+        log.warning("set aside a torn last line of %s in %s", self.path, aside)
+        return start, aside
+
+    def _check_record(self, sync_fd: int, fd: int, st: os.stat_result, size: int) -> None:
+        """Lower any recorded offset past the end of the file before appending at ``size``.
+
+        Read without the sync lock: writers only ever record offsets the file already
+        had, so a record that looks stale (or torn, or foreign) is re-read under it.
+        """
+        record = SyncRecord.read(sync_fd)
+        if record is not None and not record.reaches_past(st.st_dev, st.st_ino, size):
+            return
+        with _Locked(sync_fd, self.sync_path):
+            record = SyncRecord.read(sync_fd) or SyncRecord()
+            record.cut(st.st_dev, st.st_ino, size)
+            try:
+                record.write(sync_fd)
+            except OSError as exc:  # left high, the record could vouch for these bytes: do not append
+                raise storage_error("update the sync record", self.sync_path, exc) from exc
+
+    def _truncate(self, sync_fd: int, fd: int, st: os.stat_result, size: int) -> None:
+        """Cut the file back to ``size`` under the sync lock, lowering the record with it.
+
+        A writer records a claim under the lock; lowered under it too, no claim on the cut
+        bytes can land after the cut, where new lines will take their offsets.
+        """
+        with _Locked(sync_fd, self.sync_path):
+            record = SyncRecord.read(sync_fd) or SyncRecord()
+            try:
+                os.ftruncate(fd, size)
+            finally:  # after the cut: a writer reading the count before it looked at the size sees it change
+                record.cut(st.st_dev, st.st_ino, size)
+                with contextlib.suppress(OSError):
+                    record.write(sync_fd)
+
+    # ------------------------------------------------------------- after the writer lock
+
+    def _make_durable(self, pending: PendingAppend) -> None:
+        record = self._read(pending)
+        verdict = record.verdict(pending.dev, pending.ino, pending.start, pending.end)
+        if verdict is Verdict.LOST:
+            raise _lost(self.path)
+        if verdict is Verdict.COVERED:
+            return
+        cuts = record.cuts(pending.dev, pending.ino)
+        fd = pending.fd
+        try:
+            synced_to = os.fstat(fd).st_size
+            os.fsync(fd)
+        except OSError as exc:
+            self._record_failure(pending)
+            raise storage_error("fsync", self.path, exc) from exc
+        self._record_success(pending, cuts, synced_to)
+
+    def _read(self, pending: PendingAppend) -> SyncRecord:
+        """The record, read without the lock, and under it if the read was torn."""
+        record = SyncRecord.read(pending.sync_fd)
+        if record is None:
+            with _Locked(pending.sync_fd, self.sync_path):
+                record = SyncRecord.read(pending.sync_fd) or SyncRecord()
+        return record
+
+    def _record_success(self, pending: PendingAppend, cuts: int, synced_to: int) -> None:
+        """After a successful fsync: fail if a failure others saw may have dropped these pages; else claim them.
+
+        The claim is recorded only if the lock is free at once (it only saves others an
+        fsync), and not if the file was cut back since this writer read the count of
+        cuts, before it looked at the size: ``synced_to`` may name offsets new lines took.
+        """
+        sync_fd = pending.sync_fd
+        try:
+            fcntl.flock(sync_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if self._read(pending).verdict(pending.dev, pending.ino, pending.start, pending.end) is Verdict.LOST:
+                raise _lost(self.path) from None
+            return
+        try:
+            record = SyncRecord.read(sync_fd) or SyncRecord()
+            if record.verdict(pending.dev, pending.ino, pending.start, pending.end) is Verdict.LOST:
+                raise _lost(self.path)
+            if record.cuts(pending.dev, pending.ino) == cuts:
+                record.mark_durable(pending.dev, pending.ino, pending.start, synced_to)
+                with contextlib.suppress(OSError):
+                    record.write(sync_fd)
+        finally:
+            fcntl.flock(sync_fd, fcntl.LOCK_UN)
+
+    def _record_failure(self, pending: PendingAppend) -> None:
+        """Mark what may have been waiting on the failed fsync as lost, for every writer to see."""
+        try:
+            held = os.fstat(pending.fd).st_size
+        except OSError:
+            held = NEVER
+        with contextlib.suppress(OSError), _Locked(pending.sync_fd, self.sync_path):
+            record = SyncRecord.read(pending.sync_fd) or SyncRecord()
+            record.mark_lost(pending.dev, pending.ino, pending.start, held)
+            record.write(pending.sync_fd)
+
+    def _open_sync(self) -> int:
+        try:
+            # Never through a link: a lock file is untrusted and may point out of the store.
+            return os.open(self.sync_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
+        except OSError as exc:
+            raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.sync_path}: {exc.strerror}") from exc
+
+
+def _lost(path: Path) -> StorageError:
+    return storage_error("fsync", path, OSError(errno.EIO, "an fsync this append waited on failed: it may be lost"))
+
+
+class PendingAppend:
+    """Bytes ``[start, end)`` appended through their own descriptor, not yet known to be durable.
+
+    The descriptor stays open until :meth:`commit`: the kernel reports a writeback
+    error to every descriptor that was open when it happened, so this one hears of
+    any error on these bytes even when another process's fsync saw it first.
+    """
+
+    def __init__(self, group: GroupCommit, fd: int, sync_fd: int, dev: int, ino: int, start: int, end: int) -> None:
+        self.group = group
+        self.fd = fd
+        self.sync_fd = sync_fd
+        self.dev = dev
+        self.ino = ino
+        self.start = start
+        self.end = end
+        self._durable = False
+
+    def commit(self) -> None:
+        """Return once these bytes are durable (a StorageError if they may not be), then close."""
+        if self._durable:
+            self.close()
+            return
+        if self.fd < 0:
+            raise storage_error(
+                "fsync", self.group.path, OSError(errno.EBADF, "the append was closed before it was durable")
+            )
+        try:
+            self.group._make_durable(self)
+            self._durable = True
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for fd in (self.fd, self.sync_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fd = self.sync_fd = -1
+
+    def __enter__(self) -> PendingAppend:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class _Locked:
+    """``flock`` held on an already open descriptor (the sync lock), retried on EINTR."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+
+    def __enter__(self) -> None:
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                return
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                raise LockError(exc.errno or errno.EIO, f"cannot lock {self.path}: {exc.strerror}") from exc
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)

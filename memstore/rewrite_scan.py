@@ -1,0 +1,167 @@
+"""Which lines a delete or quarantine drops from memory.jsonl, found without looking at most of them.
+
+A rewrite keeps every other line byte for byte, so the scan only has to find the
+lines that go: entries whose ``branch_name`` (or ``run_id``) equals a value, and blank
+lines.  It searches each block of lines in C (``bytes.find``, one regular expression)
+and looks in Python only at the lines those searches name:
+
+* lines holding the value's UTF-8 bytes;
+* lines with a backslash outside the string that follows ``"content": "``.  A string
+  without escapes decodes to its own bytes, and the content string is no key's
+  ``branch_name`` or ``run_id``, so a line whose escapes all sit in it (non-ASCII or
+  quoted text, the common case) matches only if it holds the value's bytes.  The
+  bytes ``"content": "`` cannot occur inside a string (its quotes would be escaped);
+* lines that start like a blank line.
+
+Those lines are parsed, but only the one field is compared before an entry is built
+and validated.  What is kept is described as byte ranges, for
+:func:`memstore.files.atomic_copy` to copy inside the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from memstore import files
+from memstore.files import BLOCK_BYTES, iter_line_blocks
+from memstore.jsonl import BOM, parse_json_bytes
+from memstore.models import MemoryEntry, memory_entry_from_payload
+
+_BLANK_START = frozenset(b" \t\r\x0b\x0c\xef")
+"""First bytes a blank line can start with (``\\xef`` for a byte order mark)."""
+
+
+@dataclass(slots=True)
+class RemovalScan:
+    """The outcome of a scan: what goes, and the byte ranges of what stays."""
+
+    removed: list[MemoryEntry] = field(default_factory=list)
+    removed_starts: set[int] = field(default_factory=set)
+    dropped: list[tuple[int, int]] = field(default_factory=list)
+    """(start, length) of every dropped line (removed entries and blank lines), in file order."""
+    kept: list[tuple[int, int]] = field(default_factory=list)
+    """[start, end) runs of kept lines, in file order."""
+    tail: bytes = b""
+    """``\\n`` when the last kept line had none (every rewrite ends with a newline)."""
+    candidates: int = 0
+    """Lines the byte prefilter could not rule out (parsed)."""
+
+    def _keep(self, start: int, end: int) -> None:
+        if self.kept and self.kept[-1][1] == start:
+            self.kept[-1] = (self.kept[-1][0], end)
+        else:
+            self.kept.append((start, end))
+
+
+def scan_for_removal(
+    fd: int, size: int, *, key: str, value: str, start: int = 0, block: int = BLOCK_BYTES
+) -> RemovalScan:
+    """Scan bytes ``[start, size)`` of an open catalog for entries whose ``key`` field equals ``value``.
+
+    Lines that do not parse are kept (they are someone's data), as are lines longer
+    than a reader accepts; blank lines are dropped.  ``start`` is the start of a line;
+    ``block`` is the read size.
+    """
+    try:
+        needle: bytes | None = value.encode("utf-8")
+    except UnicodeEncodeError:
+        needle = None  # only a line with escapes can hold a lone surrogate
+    scan = RemovalScan()
+    for piece in iter_line_blocks(fd, start=start, stop=size, block=block):
+        if piece.data is None:
+            scan._keep(piece.start, piece.start + piece.length)
+            continue
+        _scan_block(scan, piece.start, piece.data, piece.length, needle, key, value)
+    if scan.kept and scan.kept[-1][1] == size and size > start and os.pread(fd, 1, size - 1) != b"\n":
+        scan.tail = b"\n"
+    return scan
+
+
+_BLANKISH = re.compile(rb"\n(?=[\n \t\r\x0b\x0c\xef])")
+"""A newline before a byte a blank line (or the line itself, empty) can start with."""
+_EVERY_LINE = re.compile(rb"\n(?=.)", re.DOTALL)
+_CONTENT_KEY = b'"content": "'
+
+
+def _scan_block(
+    scan: RemovalScan, offset: int, data: bytes, size: int, needle: bytes | None, key: str, value: str
+) -> None:
+    """Scan the lines in ``data[:size]`` (which start at file offset ``offset``)."""
+    starts = set()
+    if needle:
+        hit = data.find(needle, 0, size)
+        while hit >= 0:
+            starts.add(data.rfind(b"\n", 0, hit) + 1)
+            end = data.find(b"\n", hit, size)
+            hit = data.find(needle, end, size) if end >= 0 else -1
+    hit = data.find(b"\\", 0, size)
+    while hit >= 0:
+        start = data.rfind(b"\n", 0, hit) + 1
+        end = data.find(b"\n", hit, size)
+        end = size if end < 0 else end
+        if not _escapes_only_in_content(data, start, end):
+            starts.add(start)
+        hit = data.find(b"\\", end, size)
+    if (size and data[0] in _BLANK_START) or data.startswith(b"\n") or needle == b"":
+        starts.add(0)
+    lines_of_interest = _EVERY_LINE if needle == b"" else _BLANKISH  # an empty value is in every line
+    starts.update(match.end() for match in lines_of_interest.finditer(data, 0, size))
+    limit = files.MAX_LINE_BYTES if size > files.MAX_LINE_BYTES else None
+    keep_from = 0
+    for start in sorted(starts):
+        end = data.find(b"\n", start, size)
+        length = (size if end < 0 else end + 1) - start
+        line = data[start : start + length].removesuffix(b"\n")
+        if limit is not None and len(line) > limit:
+            continue  # readers skip it unread: so does the rewrite, keeping it
+        if not line.removeprefix(BOM).strip():
+            drop = True
+        elif (needle is not None and needle in line) or not _escapes_only_in_content(line, 0, len(line)):
+            scan.candidates += 1
+            drop = _matches(scan, offset + start, line, key, value)
+        else:
+            drop = False
+        if drop:
+            if keep_from < start:
+                scan._keep(offset + keep_from, offset + start)
+            scan.dropped.append((offset + start, length))
+            keep_from = start + length
+    if keep_from < size:
+        scan._keep(offset + keep_from, offset + size)
+
+
+def _escapes_only_in_content(data: bytes, start: int, end: int) -> bool:
+    """Every backslash of the line ``data[start:end]`` lies inside the string after ``"content": "``."""
+    key = data.find(_CONTENT_KEY, start, end)
+    if key < 0:
+        return data.find(b"\\", start, end) < 0
+    opened = key + len(_CONTENT_KEY)
+    if data.find(b"\\", start, opened) >= 0:
+        return False
+    quote = data.find(b'"', opened, end)
+    while quote >= 0:
+        slashes = quote
+        while slashes > opened and data[slashes - 1] == 0x5C:
+            slashes -= 1
+        if (quote - slashes) % 2 == 0:
+            return data.find(b"\\", quote, end) < 0  # the closing quote: nothing escaped after it
+        quote = data.find(b'"', quote + 1, end)
+    return False  # the string never closes: not JSON, but let the parser say so
+
+
+def _matches(scan: RemovalScan, start: int, line: bytes, key: str, value: str) -> bool:
+    """Whether a candidate line is an entry to remove; records it if so."""
+    try:
+        payload = parse_json_bytes(line)
+    except ValueError:
+        return False
+    if not isinstance(payload, dict) or payload.get(key) != value:
+        return False
+    entry = memory_entry_from_payload(payload)
+    if entry is None:
+        return False
+    scan.removed.append(entry)
+    scan.removed_starts.add(start)
+    return True
