@@ -135,9 +135,19 @@ class TeamIndex:
         started = time.perf_counter()
         engine = self._engine("load")
         schema = upgrade_team(engine)
+        self._register([name for name, _root in checked])
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(checked) or 1))) as pool:
             reports = list(pool.map(lambda item: self._load(engine, *item, full=full, progress=progress), checked))
         return TeamReindexReport(self.url.redacted(), schema, tuple(reports), round(time.perf_counter() - started, 6))
+
+    def _register(self, names: Sequence[str]) -> None:
+        """Register new sources one by one, in the order given: sids are the union's order of sources."""
+        from memstore.index.pg.conn import raw_connection
+        from memstore.index.pg.loader import register
+
+        with raw_connection(self._engine("load")) as conn:
+            for name in names:
+                register(conn, name)
 
     def _load(
         self, engine: Engine, name: str, root: Path, *, full: bool, progress: Progress | None
