@@ -185,15 +185,35 @@ class TeamIndex:
         *,
         limit: int = 10,
         sources: Iterable[str] | None = None,
+        local: Mapping[str, str | os.PathLike[str]] | None = None,
         planner: PlannerFactory | None = None,
     ) -> TeamSearchResult:
-        """The spec's top ``limit`` entries of the chosen ``sources`` (default: all of them)."""
+        """The spec's top ``limit`` entries of the chosen ``sources`` (default: all of them).
+
+        ``local`` maps source names to workspace roots on this machine.  When the
+        database cannot answer (down, unreachable, refusing this role, no schema) and
+        every chosen source is local, the answer comes from those workspaces' own
+        index or a scan of their files, with ``fallback`` and a one-line warning set;
+        otherwise (a team-wide search) the :class:`~memstore.errors.IndexServerError`
+        is raised.
+        """
+        tokens = query_tokens(query)
+        limit = check_limit(limit)
+        names = None if sources is None else list(dict.fromkeys(_check_name(name) for name in sources))
+        try:
+            return self._search(query, tokens, limit, names, planner)
+        except IndexServerError as exc:
+            roots = {_check_name(name): Path(root) for name, root in (local or {}).items()}
+            if names is None or not names or any(name not in roots for name in names):
+                raise
+            return _local_search(query, tokens, limit, [(name, roots[name]) for name in names], exc)
+
+    def _search(
+        self, query: str, tokens: list[str], limit: int, names: list[str] | None, planner: PlannerFactory | None
+    ) -> TeamSearchResult:
         from memstore.index.pg.conn import raw_connection
         from memstore.index.search import Planner
 
-        tokens = query_tokens(query)
-        limit = check_limit(limit)
-        names = None if sources is None else [_check_name(name) for name in sources]
         with raw_connection(self._engine("read")) as conn:
             # One snapshot for the sources' states and their rows (docs/postgres-notes.md §6).
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -310,3 +330,32 @@ class TeamIndex:
         if entry is None:
             raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: a stored line no longer decodes")
         return entry
+
+
+def _local_search(
+    query: str, tokens: list[str], limit: int, chosen: Sequence[tuple[str, Path]], cause: IndexServerError
+) -> TeamSearchResult:
+    """The chosen local sources searched in place (their SQLite index or a scan), merged in the team's order."""
+    from memstore.catalog import MemoryCatalog
+    from memstore.layout import has_store
+    from memstore.workspace import open_catalog
+
+    ranked: list[tuple[int, int, int, TeamHit]] = []
+    freshness = []
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    for position, (name, root) in enumerate(chosen):
+        # As a local search opens it: its own index when it can keep one, nothing created where no store is.
+        catalog = open_catalog(root, for_reading=True) if has_store(root) else MemoryCatalog(root, readonly=True)
+        found = catalog.search(query, limit=limit) if tokens and limit else []
+        for order, entry in enumerate(found):
+            ranked.append((position, order, 0, TeamHit(name, memory_relevance_score(entry, tokens), entry)))
+        size = catalog.path.stat().st_size if catalog.path.exists() else 0
+        freshness.append(SourceFreshness(name, None, size, now))
+    # Each list is already in the spec's order; merged by score, then newest, then source and rank.
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    ranked.sort(key=lambda item: item[3].entry.created_at, reverse=True)
+    ranked.sort(key=lambda item: -item[3].score)
+    hits = tuple(item[3] for item in ranked[:limit])
+    names = ", ".join(name for name, _root in chosen)
+    warning = f"team index unavailable, answered from the local files of {names}: {cause}"
+    return TeamSearchResult(query, hits, tuple(freshness), fallback="local index", warnings=(warning,))

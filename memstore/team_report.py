@@ -20,10 +20,12 @@ class SourceFreshness:
     """How current one source is in the team index: what its last catch-up saw.
 
     ``caught_up_at`` is ISO 8601 in UTC, None for a source registered but never loaded.
+    A source answered from its local files (the team index unavailable) has
+    ``entries`` None, its file's size as ``bytes_indexed`` and the search's time.
     """
 
     name: str
-    entries: int
+    entries: int | None
     bytes_indexed: int
     caught_up_at: str | None
     cards: int = 0
@@ -47,21 +49,25 @@ class TeamHit:
     entry: MemoryEntry
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "score": self.score, **self.entry.to_dict()}
+        return {**self.entry.to_dict(), "source": self.source, "score": self.score}
 
 
 @dataclass(frozen=True)
 class TeamSearchResult:
     """The spec's ranking over the union of the chosen sources, and how current each one is.
 
-    ``fallback`` names what answered instead of the team index (e.g. 'local index'),
-    None when the team index did.
+    ``fallback`` names what answered instead of the team index ('local index': each
+    chosen source's own SQLite index or a scan of its file, as of now), None when the
+    team index did; ``warnings`` then holds the one-line reason.  The ``--json``
+    document is the local search's (``query``, ``count``, ``entries``), each entry
+    with its ``source`` and ``score``, plus ``sources``, ``fallback`` and ``warnings``.
     """
 
     query: str
     hits: tuple[TeamHit, ...]
     sources: tuple[SourceFreshness, ...]
     fallback: str | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def entries(self) -> list[MemoryEntry]:
@@ -71,9 +77,10 @@ class TeamSearchResult:
         return {
             "query": self.query,
             "count": len(self.hits),
-            "hits": [hit.to_dict() for hit in self.hits],
+            "entries": [hit.to_dict() for hit in self.hits],
             "sources": [source.to_dict() for source in self.sources],
             "fallback": self.fallback,
+            "warnings": list(self.warnings),
         }
 
 
