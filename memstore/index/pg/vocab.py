@@ -39,19 +39,28 @@ class Vocabulary:
             self._ensure_chunk(missing[start : start + CHUNK])
 
     def _ensure_chunk(self, items: list[tuple[int, str]]) -> None:
-        kinds = [kind for kind, _term in items]
-        texts = [term for _kind, term in items]
-        grams = [gram_text(term) if kind in LOOKED_UP else "" for kind, term in items]
+        # Most terms of a source exist already (other sources, an earlier load): look them up
+        # first, and insert (computing their grams) only the rest.
+        self._look_up(items)
+        missing = [(kind, term) for kind, term in items if term not in self.ids[kind]]
+        if not missing:
+            return
+        grams = [gram_text(term) if kind in LOOKED_UP else "" for kind, term in missing]
+        kinds, texts = _arrays(missing)
         self.conn.execute(
             "INSERT INTO team_term (kind, text, grams)"
             " SELECT k, t, CASE WHEN g = '' THEN '{}'::text[] ELSE string_to_array(g, ' ') END"
-            " FROM unnest(%s::smallint[], %s::text[], %s::text[]) AS u(k, t, g) ORDER BY k, t"
-            " ON CONFLICT (kind, text) DO NOTHING",
-            (kinds, texts, grams),
+            " FROM unnest(%s::smallint[], string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n')) AS u(k, t, g)"
+            " ORDER BY k, t ON CONFLICT (kind, text) DO NOTHING",
+            (kinds, texts, "\n".join(grams)),
         )
+        self._look_up(missing)
+
+    def _look_up(self, items: list[tuple[int, str]]) -> None:
+        kinds, texts = _arrays(items)
         rows = self.conn.execute(
             "SELECT v.kind, v.text, v.id FROM team_term v"
-            " JOIN unnest(%s::smallint[], %s::text[]) AS u(k, t) ON v.kind = u.k AND v.text = u.t",
+            " JOIN unnest(%s::smallint[], string_to_array(%s, E'\\n')) AS u(k, t) ON v.kind = u.k AND v.text = u.t",
             (kinds, texts),
         ).fetchall()
         for kind, text, tid in rows:
@@ -59,3 +68,9 @@ class Vocabulary:
 
     def known(self, kind: int, terms: Iterable[str]) -> bool:
         return all(term in self.ids[kind] for term in terms)
+
+
+def _arrays(items: list[tuple[int, str]]) -> tuple[str, str]:
+    """Kinds as an array literal, terms joined by newlines (no term holds one: terms are runs of
+    letters, digits and non-ASCII characters).  Three times cheaper than psycopg's list dumper."""
+    return "{" + ",".join(str(kind) for kind, _term in items) + "}", "\n".join(term for _kind, term in items)
