@@ -35,11 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 from sqlalchemy.engine import Engine
 
 from memstore.files import open_for_read
 from memstore.index.lines import parse_range, parsed_ranges
-from memstore.index.pg.conn import LOCK_SPACE, raw_connection
+from memstore.index.pg.conn import LOCK_SPACE, SCHEMA_LOCK, raw_connection
 from memstore.index.pg.rows import Doc, doc_of, id_arrays, wanted_terms
 from memstore.index.pg.vocab import Vocabulary
 from memstore.index.report import Progress
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 
 PgConn = psycopg.Connection[Any]
 BATCH_ROWS = 20_000
+RETIRE_KEY = 1
+"""Second key of the lock (SCHEMA_LOCK, RETIRE_KEY) held while retired partitions are dropped."""
 SOURCE_LOCK_TIMEOUT = "900s"
 """How long an indexer waits for another indexer of the same source (a full load of a large one)."""
 INDEX_MEMORY = "256MB"
@@ -249,6 +252,9 @@ class SourceLoader:
         try:
             rows, counts, end, tail_end, corrupt, blank = self._load_table(conn, vconn, source.sid, part, table, fd, st)
             self._build_indexes(conn, vconn, table)
+            # Statistics before anyone reads it: without them the planner guesses that the
+            # partition filter is selective and scans the primary key of every partition.
+            conn.execute(f"ANALYZE {table}")
             new = SourceState.of_file(
                 self.name, fd, st, indexed_to=end, tail_end=tail_end, rows=rows, corrupt=corrupt, blank=blank
             )
@@ -262,6 +268,8 @@ class SourceLoader:
                     conn.execute(
                         "INSERT INTO team_retired (part) VALUES (%s) ON CONFLICT DO NOTHING", (source.part,)
                     )
+            # The vocabulary and the counts grew by a whole file: fresh estimates for the lookups.
+            conn.execute("ANALYZE team_term, team_count")
         except BaseException:
             if not attached and not conn.closed and not conn.broken:
                 with contextlib.suppress(psycopg.Error):
@@ -377,8 +385,23 @@ class SourceLoader:
 
     @staticmethod
     def _drop_retired(conn: PgConn) -> None:
-        """Detach (concurrently: running searches finish first) and drop partitions no source uses."""
+        """Detach (concurrently: running searches finish first) and drop partitions no source uses.
+
+        One indexer at a time does it (a try-lock: the others leave it to that one), so two never
+        race to detach the same partition.
+        """
         retired = [int(row[0]) for row in conn.execute("SELECT part FROM team_retired ORDER BY part").fetchall()]
+        if not retired or not _scalar(conn, f"SELECT pg_try_advisory_lock({SCHEMA_LOCK}, {RETIRE_KEY})"):
+            return
+        try:
+            SourceLoader._drop_parts(conn, retired)
+        finally:
+            if not conn.closed and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(f"SELECT pg_advisory_unlock({SCHEMA_LOCK}, {RETIRE_KEY})")
+
+    @staticmethod
+    def _drop_parts(conn: PgConn, retired: Sequence[int]) -> None:
         for part in retired:
             table = partition_name(part)
             try:
@@ -392,6 +415,8 @@ class SourceLoader:
                     conn.execute(f"ALTER TABLE team_doc DETACH PARTITION {table} {mode}")
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
                 conn.execute("DELETE FROM team_retired WHERE part = %s", (part,))
+            except pg_errors.ObjectNotInPrerequisiteState as exc:
+                log.info("retired partition %s kept for a later catch-up: %s", table, exc)
             except psycopg.OperationalError:
                 raise
             except psycopg.Error as exc:

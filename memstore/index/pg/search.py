@@ -109,10 +109,23 @@ class PgSearch:
     # ------------------------------------------------------------------ the vocabulary
 
     def lookup(self, piece: str, position: str, cap: int) -> tuple[TermSet, TermSet]:
-        return self._terms(piece, position, CONTENT, cap), self._terms(piece, position, TAGS, cap)
+        """Both kinds in one statement (one round trip): each kind's part has its own cap."""
+        params, condition = self._term_condition(piece, position, cap)
+        part = (
+            "(SELECT v.kind, v.id, v.text,"
+            " (SELECT sum(n.n) FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s))"
+            f" FROM team_term v WHERE v.kind = {{kind}} AND {condition}"
+            " AND EXISTS (SELECT 1 FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s) AND n.n > 0)"
+            " LIMIT %(cap)s)"
+        )
+        rows = self._rows(f"{part.format(kind=CONTENT)} UNION ALL {part.format(kind=TAGS)}", params)
+        return (
+            self._term_set([row[1:] for row in rows if row[0] == CONTENT], CONTENT, cap),
+            self._term_set([row[1:] for row in rows if row[0] == TAGS], TAGS, cap),
+        )
 
-    def _terms(self, piece: str, position: str, kind: int, cap: int) -> TermSet:
-        params: dict[str, Any] = {"kind": kind, "cap": cap + 1, "piece": piece}
+    def _term_condition(self, piece: str, position: str, cap: int) -> tuple[dict[str, Any], str]:
+        params: dict[str, Any] = {"cap": cap + 1, "piece": piece}
         if position == WHOLE:
             condition = "v.text = %(piece)s"
         else:
@@ -123,13 +136,9 @@ class PgSearch:
                 # Too short for trigrams: the term's own short substrings (and starts, ends) find it.
                 params["gram"] = piece + {STARTS: START, ENDS: END}.get(position, "")
                 condition += " AND v.grams @> ARRAY[%(gram)s]::text[]"
-        rows = self._rows(
-            "SELECT v.id, v.text, (SELECT sum(n.n) FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s))"
-            f" FROM team_term v WHERE v.kind = %(kind)s AND {condition}"
-            " AND EXISTS (SELECT 1 FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s) AND n.n > 0)"
-            " LIMIT %(cap)s",
-            params,
-        )
+        return params, condition
+
+    def _term_set(self, rows: Sequence[tuple[Any, ...]], kind: int, cap: int) -> TermSet:
         for tid, text, _n in rows:
             self.term_ids[(kind, str(text))] = int(tid)
         total = sum(int(n) for _tid, _text, n in rows)

@@ -45,11 +45,12 @@ class Vocabulary:
         missing = [(kind, term) for kind, term in items if term not in self.ids[kind]]
         if not missing:
             return
-        grams = [gram_text(term) if kind in LOOKED_UP else "" for kind, term in missing]
+        # Each entry starts with "." so none is empty (one empty string would be an empty array).
+        grams = ["." + gram_text(term) if kind in LOOKED_UP else "." for kind, term in missing]
         kinds, texts = _arrays(missing)
         self.conn.execute(
             "INSERT INTO team_term (kind, text, grams)"
-            " SELECT k, t, CASE WHEN g = '' THEN '{}'::text[] ELSE string_to_array(g, ' ') END"
+            " SELECT k, t, CASE WHEN g = '.' THEN '{}'::text[] ELSE string_to_array(substr(g, 2), ' ') END"
             " FROM unnest(%s::smallint[], string_to_array(%s, E'\\n'), string_to_array(%s, E'\\n')) AS u(k, t, g)"
             " ORDER BY k, t ON CONFLICT (kind, text) DO NOTHING",
             (kinds, texts, "\n".join(grams)),
