@@ -157,7 +157,7 @@ def test_a_rewrite_copies_the_kept_lines_byte_for_byte(tmp_path: Path) -> None:
         line + b"\n" for line in before.split(b"\n") if line.strip() and b'"branch_name": "gone"' not in line
     )
     assert catalog.path.read_bytes() == expected
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
 
 
 def test_an_add_does_not_wait_for_the_index_to_follow_a_rewrite(
@@ -190,7 +190,7 @@ def test_an_add_does_not_wait_for_the_index_to_follow_a_rewrite(
     assert sorted(e.content for e in catalog.list(limit=100)) == sorted(
         ["added meanwhile", *(f"entry {n}" for n in range(0, 20, 2))]
     )
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
 
 
 # ------------------------------------------------------------------ the part done before the writer lock
@@ -237,7 +237,7 @@ def test_lines_appended_while_the_rewrite_prepared_are_rewritten_too(
     data = catalog.path.read_bytes()
     assert b"gone" not in data and b"appended meanwhile, staying" in data
     assert len(data.splitlines()) == 12 + 2 - expected_count
-    assert catalog.check_index()["equal"]
+    assert catalog.check_index().equal
     assert not list(catalog.directory.glob("*.tmp"))
 
 
