@@ -57,6 +57,9 @@ from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_is
 from memstore.reports import HealthReport, MaintenancePreview
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 
+REWRITE_ATTEMPTS = 3
+"""Tries of a rewrite when another tool keeps replacing the file under it."""
+
 log = logging.getLogger(__name__)
 
 
@@ -226,6 +229,21 @@ class MemoryCatalog:
         return len(self._rewrite_without("branch_name", branch_name, before=move))
 
     def _rewrite_without(
+        self,
+        key: str,
+        value: str,
+        *,
+        before: Callable[[builtins.list[MemoryEntry]], None] | None = None,
+    ) -> builtins.list[MemoryEntry]:
+        """:meth:`_rewrite_once`, again from the new file when another tool replaced it meanwhile."""
+        for _attempt in range(REWRITE_ATTEMPTS - 1):
+            try:
+                return self._rewrite_once(key, value, before=before)
+            except catalog_rewrite.FileReplacedError:
+                continue
+        return self._rewrite_once(key, value, before=before)
+
+    def _rewrite_once(
         self,
         key: str,
         value: str,

@@ -11,6 +11,7 @@ a checkout), the whole rewrite is done under the lock, as before.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 from memstore.errors import StorageError
 from memstore.files import Replacement, last_line_end, open_for_read, storage_error
 from memstore.index.catalog_index import RewritePlan
+from memstore.lines_seen import still_holds
 from memstore.models import MemoryEntry
 from memstore.rewrite_scan import RemovalScan, scan_for_removal
 
@@ -55,12 +57,12 @@ def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
         try:
             st = os.fstat(fd)
             upto = last_line_end(fd, st.st_size)
-            scan = scan_for_removal(fd, upto, key=key, value=value)
+            scan = scan_for_removal(fd, upto, key=key, value=value, prove=True)
         except OSError as exc:
             raise storage_error("read", path, exc) from exc
         replacement = None
         if scan.removed:
-            replacement = Replacement(path)
+            replacement = Replacement(path, digest=True)
             try:
                 replacement.copy(fd, scan.kept)
                 replacement.sync()
@@ -91,6 +93,7 @@ def finish(
             prepared is not None
             and (prepared.dev, prepared.ino) == (st.st_dev, st.st_ino)
             and st.st_size >= prepared.upto
+            and _unchanged(fd, prepared)
         ):
             head, rest = prepared.scan, scan_for_removal(fd, st.st_size, key=key, value=value, start=prepared.upto)
             replacement = prepared.replacement
@@ -109,13 +112,16 @@ def finish(
             replacement.discard()
         return None
     try:
+        _still_at_path(path, st)
         if before is not None:
             before(removed)
         if replacement is None:
-            replacement = Replacement(path)
+            replacement = Replacement(path, digest=True)
             replacement.copy(fd, head.kept)
         replacement.copy(fd, rest.kept)
         replacement.write(rest.tail)
+        written = replacement.hasher.digest() if replacement.hasher is not None else b""
+        _still_at_path(path, st)
         after = replacement.commit()
     finally:
         if replacement is not None:
@@ -124,5 +130,31 @@ def finish(
         before=st,
         removed=frozenset(head.removed_starts | rest.removed_starts),
         dropped=tuple(head.dropped + rest.dropped),
+        written=written,
     )
     return Rewritten(removed, plan, after)
+
+
+class FileReplacedError(StorageError):
+    """Another tool replaced the file while it was being rewritten: nothing was removed."""
+
+
+def _still_at_path(path: Path, st: os.stat_result) -> None:
+    """The path still names the file being rewritten (a checkout may have put another there)."""
+    try:
+        now = os.stat(path)
+    except OSError as exc:
+        raise storage_error("stat", path, exc) from exc
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        message = f"{path} was replaced by another tool during the rewrite; nothing was removed"
+        raise FileReplacedError(errno.EAGAIN, message)
+
+
+def _unchanged(fd: int, prepared: Prepared) -> bool:
+    """The part copied without the lock is still what the file holds.
+
+    Memstore's writers only append, but another tool may have saved the file in place
+    meanwhile (same inode): its edit must not be lost to a copy taken before it.
+    """
+    seen = prepared.scan.seen
+    return seen is not None and still_holds(fd, [seen])

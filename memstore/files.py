@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import os
 import stat
 import threading
@@ -22,10 +23,13 @@ from types import TracebackType
 from typing import TypeVar
 
 from memstore.errors import LockError, NotRegularFileError, StorageError
+from memstore.lines_seen import Hasher, LineRecorder
 
 T = TypeVar("T")
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
+LOCK_POLL_SECONDS = 0.02
+"""How often a bounded wait for a lock tries again."""
 """Lines longer than this are skipped (and counted as corrupt) without being held in memory."""
 
 READ_CHUNK = 1024 * 1024
@@ -161,7 +165,8 @@ class FileLock:
     ) -> None:
         self.release()
 
-    def acquire(self) -> None:
+    def acquire(self, *, wait: float | None = None) -> None:
+        """Take the lock; with ``wait``, give up after that many seconds (:class:`LockError`, EAGAIN)."""
         if getattr(self._local, "fd", None) is not None:
             raise LockError(errno.EDEADLK, f"lock {self.path} is already held by this thread")
         try:
@@ -169,13 +174,18 @@ class FileLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
         except OSError as exc:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.path}: {exc.strerror}") from exc
+        deadline = None if wait is None else time.monotonic() + wait
         try:
             while True:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    fcntl.flock(fd, fcntl.LOCK_EX if deadline is None else fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except InterruptedError:
                     continue
+                except BlockingIOError:
+                    if deadline is None or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(LOCK_POLL_SECONDS)
         except OSError as exc:
             os.close(fd)
             raise LockError(exc.errno or errno.EIO, f"cannot lock {self.path}: {exc.strerror}") from exc
@@ -196,6 +206,30 @@ class FileLock:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+
+
+def open_own_file(path: Path, *, mode: int) -> int:
+    """Open (creating it) a file memstore itself writes beside the canonical ones, read-write.
+
+    Never through a symbolic link, and never a file hard-linked elsewhere: a planted hard
+    link could make its bytes a canonical file's.  Such a name is removed (which leaves the
+    other file alone) and a file of memstore's own is created in its place.
+    """
+    for _attempt in range(3):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            return fd
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    raise OSError(errno.EMLINK, f"{path} keeps being linked to another file")
+
+
+def still_own_file(fd: int) -> bool:
+    """The open file is still one memstore may write: a regular file no other name links to."""
+    st = os.fstat(fd)
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -333,14 +367,6 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> os.stat
         return replacement.commit()
 
 
-def atomic_copy(path: Path, source: int, ranges: Sequence[tuple[int, int]], *, tail: bytes = b"") -> os.stat_result:
-    """Replace ``path`` (as :func:`atomic_write` does) with byte ranges of the open file ``source``, then ``tail``."""
-    with Replacement(path) as replacement:
-        replacement.copy(source, ranges)
-        replacement.write(tail)
-        return replacement.commit()
-
-
 class Replacement:
     """A temp file beside ``path`` that will replace it: filled in steps, then swapped in or discarded.
 
@@ -348,14 +374,16 @@ class Replacement:
     removed, so :func:`remove_stale_temps` can tell it from one a crashed writer left
     behind, and a rewrite can prepare most of the new file without the writer lock.
     A rewrite that keeps most lines byte for byte copies the runs between the lines it
-    drops (:meth:`copy`): ``copy_file_range`` moves them inside the kernel, with a
-    read/write loop where the file system cannot.  Anything but a regular file at
+    drops (:meth:`copy`), digesting them on the way when asked (``digest``), so the
+    index can later prove the file holds what was written.  Anything but a regular file at
     ``path`` (a symbolic link above all) is refused, not replaced.  Used as a context
     manager, the temp file is removed unless :meth:`commit` succeeded.
     """
 
-    def __init__(self, path: Path, *, mode: int | None = None) -> None:
+    def __init__(self, path: Path, *, mode: int | None = None, digest: bool = False) -> None:
         self.path = path
+        self.hasher: Hasher | None = hashlib.sha256() if digest else None
+        """With ``digest``: the SHA-256 of every byte written so far, in order."""
         try:
             current: os.stat_result | None = os.lstat(path)
         except FileNotFoundError:
@@ -385,9 +413,11 @@ class Replacement:
 
     def write(self, data: bytes) -> None:
         self._do(lambda: write_all(self.fd, data))
+        if self.hasher is not None:
+            self.hasher.update(data)
 
     def copy(self, source: int, ranges: Sequence[tuple[int, int]]) -> None:
-        self._do(lambda: _copy_ranges(source, self.fd, ranges))
+        self._do(lambda: _copy_ranges(source, self.fd, ranges, self.hasher))
 
     def sync(self) -> None:
         """Make what is written so far durable (a last, shorter fsync at :meth:`commit` then suffices)."""
@@ -440,29 +470,20 @@ class Replacement:
         self.discard()
 
 
-_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP}
 
 
-def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]]) -> None:
-    kernel = hasattr(os, "copy_file_range")
+def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]], hasher: Hasher | None = None) -> None:
+    # Through this process, not copy_file_range: a rewrite digests every byte it writes.
     for start, end in ranges:
         offset = start
         while offset < end:
-            if kernel:
-                try:
-                    copied = os.copy_file_range(source, target, end - offset, offset)
-                except OSError as exc:
-                    if exc.errno not in _NO_KERNEL_COPY:
-                        raise
-                    kernel = False
-                    continue
-            else:
-                chunk = os.pread(source, min(READ_CHUNK, end - offset), offset)
-                write_all(target, chunk)
-                copied = len(chunk)
-            if copied == 0:
+            chunk = os.pread(source, min(READ_CHUNK, end - offset), offset)
+            if not chunk:
                 raise OSError(errno.EIO, "the file shrank while it was being copied")
-            offset += copied
+            write_all(target, chunk)
+            if hasher is not None:
+                hasher.update(chunk)
+            offset += len(chunk)
 
 
 def temp_in_use(temp: Path) -> bool:
@@ -514,12 +535,15 @@ class RawLine:
     terminated: bool
 
 
-def iter_raw_lines(fd: int, *, start: int = 0, stop: int | None = None) -> Iterator[RawLine]:
+def iter_raw_lines(
+    fd: int, *, start: int = 0, stop: int | None = None, recorder: LineRecorder | None = None
+) -> Iterator[RawLine]:
     """Split bytes ``[start, stop)`` of an open file on ``\\n`` only, in bounded memory.
 
     A line within one read chunk is sliced from it; a longer one is read in one
     ``pread`` once its newline is found, and only when it is at most MAX_LINE_BYTES,
-    so an oversized line never costs more than a chunk of memory.
+    so an oversized line never costs more than a chunk of memory.  A ``recorder`` is
+    told of every line before it is yielded (the bytes the caller gets, and its newline).
     """
     if stop is None:
         stop = os.fstat(fd).st_size
@@ -539,11 +563,25 @@ def iter_raw_lines(fd: int, *, start: int = 0, stop: int | None = None) -> Itera
             if newline < 0:
                 break
             end = chunk_pos + newline + 1
-            yield RawLine(line_start, end, _line_bytes(fd, line_start, end - 1, chunk, chunk_pos), True)
+            data = _line_bytes(fd, line_start, end - 1, chunk, chunk_pos)
+            if recorder is not None:
+                _record(recorder, data, line_start, end, terminated=True)
+            yield RawLine(line_start, end, data, True)
             line_start = end
             cursor = newline + 1
     if pos > line_start:
-        yield RawLine(line_start, pos, _line_bytes(fd, line_start, pos, chunk, chunk_pos), False)
+        data = _line_bytes(fd, line_start, pos, chunk, chunk_pos)
+        if recorder is not None:
+            _record(recorder, data, line_start, pos, terminated=False)
+        yield RawLine(line_start, pos, data, False)
+
+
+def _record(recorder: LineRecorder, data: bytes | None, start: int, end: int, *, terminated: bool) -> None:
+    if data is None:
+        if terminated:  # an oversized unterminated tail is never indexed: nothing to prove
+            recorder.skip(start, end)
+    else:
+        recorder.read(data, end, terminated=terminated)
 
 
 def _line_bytes(fd: int, start: int, stop: int, chunk: bytes, chunk_pos: int) -> bytes | None:

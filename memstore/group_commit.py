@@ -54,6 +54,7 @@ from memstore.files import (
     fsync_dir,
     keep_torn_tail,
     open_for_append,
+    open_own_file,
     open_regular,
     storage_error,
     torn_tail_start,
@@ -202,12 +203,14 @@ class GroupCommit:
         """
         with _Locked(sync_fd, self.sync_path):
             record = SyncRecord.read(sync_fd) or SyncRecord()
+            record.cut(st.st_dev, st.st_ino, size)
             try:
-                os.ftruncate(fd, size)
-            finally:  # after the cut: a writer reading the count before it looked at the size sees it change
-                record.cut(st.st_dev, st.st_ino, size)
-                with contextlib.suppress(OSError):
-                    record.write(sync_fd)
+                # Counted before the cut: if the count cannot be recorded, or this process dies
+                # after it, no claim made from a size read before the cut is ever accepted.
+                record.write(sync_fd)
+            except OSError as exc:
+                raise storage_error("update the sync record", self.sync_path, exc) from exc
+            os.ftruncate(fd, size)
 
     # ------------------------------------------------------------- after the writer lock
 
@@ -218,10 +221,13 @@ class GroupCommit:
             raise _lost(self.path)
         if verdict is Verdict.COVERED:
             return
-        cuts = record.cuts(pending.dev, pending.ino)
         fd = pending.fd
         try:
-            synced_to = os.fstat(fd).st_size
+            # The count of cuts and the size, read together under the sync lock (cuts happen
+            # under it): a cut in between cannot make ``synced_to`` name offsets new lines took.
+            with _Locked(pending.sync_fd, self.sync_path):
+                cuts = (SyncRecord.read(pending.sync_fd) or SyncRecord()).cuts(pending.dev, pending.ino)
+                synced_to = os.fstat(fd).st_size
             os.fsync(fd)
         except OSError as exc:
             self._record_failure(pending)
@@ -241,7 +247,7 @@ class GroupCommit:
 
         The claim is recorded only if the lock is free at once (it only saves others an
         fsync), and not if the file was cut back since this writer read the count of
-        cuts, before it looked at the size: ``synced_to`` may name offsets new lines took.
+        cuts with the size: ``synced_to`` may name offsets new lines took.
         """
         sync_fd = pending.sync_fd
         try:
@@ -274,8 +280,8 @@ class GroupCommit:
 
     def _open_sync(self) -> int:
         try:
-            # Never through a link: a lock file is untrusted and may point out of the store.
-            return os.open(self.sync_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
+            # Never through a link, soft or hard: the record is written, and could land in the catalog.
+            return open_own_file(self.sync_path, mode=self._mode)
         except OSError as exc:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.sync_path}: {exc.strerror}") from exc
 

@@ -15,7 +15,7 @@ and looks in Python only at the lines those searches name:
 
 Those lines are parsed, but only the one field is compared before an entry is built
 and validated.  What is kept is described as byte ranges, for
-:func:`memstore.files.atomic_copy` to copy inside the kernel.
+:meth:`memstore.files.Replacement.copy` to copy byte for byte.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from memstore import files
 from memstore.files import BLOCK_BYTES, iter_line_blocks
 from memstore.jsonl import BOM, parse_json_bytes
+from memstore.lines_seen import LineRecorder, LinesSeen
 from memstore.models import MemoryEntry, memory_entry_from_payload
 
 _BLANK_START = frozenset(b" \t\r\x0b\x0c\xef")
@@ -47,6 +48,8 @@ class RemovalScan:
     """``\\n`` when the last kept line had none (every rewrite ends with a newline)."""
     candidates: int = 0
     """Lines the byte prefilter could not rule out (parsed)."""
+    seen: LinesSeen | None = None
+    """With ``prove``: what the scan read, for a later step to check the file still holds it."""
 
     def _keep(self, start: int, end: int) -> None:
         if self.kept and self.kept[-1][1] == start:
@@ -56,26 +59,34 @@ class RemovalScan:
 
 
 def scan_for_removal(
-    fd: int, size: int, *, key: str, value: str, start: int = 0, block: int = BLOCK_BYTES
+    fd: int, size: int, *, key: str, value: str, start: int = 0, block: int = BLOCK_BYTES, prove: bool = False
 ) -> RemovalScan:
     """Scan bytes ``[start, size)`` of an open catalog for entries whose ``key`` field equals ``value``.
 
     Lines that do not parse are kept (they are someone's data), as are lines longer
     than a reader accepts; blank lines are dropped.  ``start`` is the start of a line;
-    ``block`` is the read size.
+    ``block`` is the read size.  With ``prove`` the scan records what it read (``seen``).
     """
     try:
         needle: bytes | None = value.encode("utf-8")
     except UnicodeEncodeError:
         needle = None  # only a line with escapes can hold a lone surrogate
     scan = RemovalScan()
+    recorder = LineRecorder(start) if prove else None
     for piece in iter_line_blocks(fd, start=start, stop=size, block=block):
         if piece.data is None:
+            if recorder is not None:
+                # Kept byte for byte, so its bytes must be proven too, not only where it ends.
+                recorder.read_range(fd, piece.start, piece.start + piece.length)
             scan._keep(piece.start, piece.start + piece.length)
             continue
+        if recorder is not None:
+            recorder.read(memoryview(piece.data)[: piece.length], piece.start + piece.length, terminated=False)
         _scan_block(scan, piece.start, piece.data, piece.length, needle, key, value)
     if scan.kept and scan.kept[-1][1] == size and size > start and os.pread(fd, 1, size - 1) != b"\n":
         scan.tail = b"\n"
+    if recorder is not None:
+        scan.seen = recorder.seen()
     return scan
 
 

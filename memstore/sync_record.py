@@ -27,6 +27,8 @@ import zlib
 from dataclasses import dataclass, field
 from enum import Enum
 
+from memstore.files import still_own_file
+
 NEVER = 1 << 62
 """An offset past the end of any file: "to wherever the file ends"."""
 SLOTS = 2
@@ -172,6 +174,8 @@ class SyncRecord:
             return None
 
     def write(self, fd: int) -> None:
+        if not still_own_file(fd):
+            raise OSError(errno.EMLINK, "the sync record was linked to another file: not written")
         data = self.pack()
         if os.pwrite(fd, data, 0) != len(data):
             raise OSError(errno.EIO, "short write of the sync record")

@@ -369,12 +369,21 @@ def peak_rss_growth(root: str, mode: str, out_path: str) -> None:
 
 
 def index_then_vanish(root: str, entries: int, report_path: str) -> None:
-    """Add and query (so the index's WAL holds commits), then exit without closing anything."""
+    """Add and query (so the index's WAL holds commits), then exit without closing anything.
+
+    A reader holds a snapshot from the first query on, so the WAL cannot be folded back
+    after the writes that follow (as when another process is reading at the time)."""
 
     def body() -> None:
+        import sqlite3
+
         from memstore.catalog import MemoryCatalog
 
         catalog = MemoryCatalog(root)
+        catalog.search("alpha")
+        reader = sqlite3.connect(catalog.index_path, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM doc").fetchone()
         for n in range(entries):
             catalog.add(f"wal entry {n} alpha")
             if n % 10 == 0:

@@ -113,14 +113,31 @@ def test_an_edit_anywhere_in_the_indexed_prefix_makes_a_grown_file_a_rebuild(sou
     assert state.classify(source.fd, source.stat()) == (Change.REPLACED, None)
 
 
-@pytest.mark.parametrize("how", ["truncated", "same size, new times", "new inode"])
+def test_a_touched_file_whose_bytes_are_intact_is_caught_up_not_rebuilt(source: Opened) -> None:
+    """New times but every indexed byte proven unchanged: only what follows them is read again."""
+    state = recorded(source)
+    os.utime(source.path, ns=(state.mtime_ns + 10**9, state.mtime_ns + 10**9))
+    assert not state.is_current(source.fd, source.stat())
+    change, prefix = state.classify(source.fd, source.stat())
+    assert change is Change.GROWN and prefix is not None and prefix.end == state.indexed_to
+
+
+def test_a_same_size_edit_with_new_times_is_replaced(source: Opened) -> None:
+    state = recorded(source)
+    data = bytearray(source.path.read_bytes())
+    middle = len(data) // 2 + 3
+    data[middle] = ord("9") if data[middle] != ord("9") else ord("8")
+    source.path.write_bytes(bytes(data))
+    os.utime(source.path, ns=(state.mtime_ns + 10**9, state.mtime_ns + 10**9))
+    assert state.classify(source.fd, source.stat()) == (Change.REPLACED, None)
+
+
+@pytest.mark.parametrize("how", ["truncated", "new inode"])
 def test_anything_but_an_append_is_replaced(source: Opened, how: str) -> None:
     state = recorded(source)
     data = source.path.read_bytes()
     if how == "truncated":
         os.truncate(source.path, len(data) - 13)
-    elif how == "same size, new times":
-        os.utime(source.path, ns=(state.mtime_ns + 10**9, state.mtime_ns + 10**9))
     else:
         replacement = source.path.with_name("new")
         replacement.write_bytes(data + b'{"line": 50}\n')

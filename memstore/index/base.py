@@ -30,6 +30,7 @@ from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
 from memstore.index.db import DatabaseFault, IndexBusyError, IndexFile, Populate, is_busy, is_corruption
 from memstore.index.report import Progress, RefreshReport, SourceStatus
+from memstore.index.settings import BUSY_TIMEOUT_MS
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.index.trust import Generation
 
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 ATTEMPTS = 4
-BIG_CHANGE_ROWS = 20_000
 
 FREE_SHARE = 10
 """A rebuild that leaves more than 1/FREE_SHARE of the file's pages free compacts the file."""
@@ -59,6 +59,24 @@ def compact(conn: sqlite3.Connection) -> None:
         log.info("index not compacted after a rebuild: %s", exc)
 
 
+def fold_wal(conn: sqlite3.Connection) -> None:
+    """Fold the WAL back into the index after a write, without waiting for readers.
+
+    A WAL that no open connection holds cannot be told from a planted one, so the next
+    opener sets the index aside and rebuilds it: an empty WAL is what a process stopped
+    with SIGTERM or SIGKILL (no atexit) should leave.  A rebuild's WAL is as large as the
+    index, too.  When a reader is in the way the WAL simply stays for the next write.
+    """
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.Error:
+        pass
+    finally:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
 @contextlib.contextmanager
 def immediate(conn: sqlite3.Connection) -> Iterator[list[bool]]:
     """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends normally and the flag it
@@ -72,6 +90,22 @@ def immediate(conn: sqlite3.Connection) -> Iterator[list[bool]]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT" if keep[0] else "ROLLBACK")
+
+
+class SourceChangedError(Exception):
+    """The file changed while a catch-up read it: its rows are rolled back and it is read again."""
+
+
+class SourceMovedError(Exception):
+    """The open descriptor is of a file that has since been replaced at the path."""
+
+
+def _identity_at(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 class StaleRowError(Exception):
@@ -180,10 +214,16 @@ class IndexedSource:
 
     def _read(self, answer: Callable[[sqlite3.Connection, int, SourceState], T], empty: T) -> T:
         """``answer`` on a fresh snapshot of the open source file; ``empty`` when there is no file."""
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return empty
-            return self._query(fd, answer)
+        with self._mutex:
+            for _attempt in range(ATTEMPTS):
+                with self._open_source() as fd:
+                    if fd is None:
+                        return empty
+                    try:
+                        return self._query(fd, answer)
+                    except SourceMovedError:
+                        continue  # the file was replaced after it was opened: open the new one
+        raise IndexBusyError(f"{self.source_path} kept being replaced while it was being read")
 
     def _query(self, fd: int, answer: Callable[[sqlite3.Connection, int, SourceState], T]) -> T:
         """Run ``answer`` on a snapshot in which the index matches the open file exactly."""
@@ -204,6 +244,8 @@ class IndexedSource:
                 force = False
             except StaleRowError:
                 force = True
+            except SourceChangedError:
+                force = False
             except DatabaseFault as exc:
                 self._on_sqlite_error(exc)
         raise IndexBusyError(f"{self.source_path} kept changing while it was being indexed")
@@ -215,16 +257,22 @@ class IndexedSource:
         with immediate(conn):
             st = os.fstat(fd)
             state = SourceState.load(conn, self.SOURCE_NAME)
+            if state is not None and not force and (state.dev, state.ino) != (st.st_dev, st.st_ino):
+                # The index already follows a newer file at the path (another handle replaced the
+                # file after this descriptor was opened, and the index followed): never rebuild it
+                # back to the old one.
+                current = _identity_at(self.source_path)
+                if current is not None and current != (st.st_dev, st.st_ino):
+                    raise SourceMovedError(self.source_path)
             change, prefix = (Change.REPLACED, None) if (state is None or force) else state.classify(fd, st)
             if change is Change.NONE:
                 return RefreshReport(str(self.source_path), "none", state.rows if state else 0, seconds=0.0)
             rows = self._apply_change(conn, fd, st, change, state, prefix)
+            if SourceState.load(conn, self.SOURCE_NAME) is None:
+                raise SourceChangedError(self.source_path)
         if change is Change.REPLACED:
             compact(conn)
-        if change is Change.REPLACED or rows - (state.rows if state else 0) > BIG_CHANGE_ROWS:
-            # A rebuild in place leaves a WAL as large as the index: fold it back now.
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        fold_wal(conn)
         seconds = round(time.perf_counter() - started, 6)
         action = "rebuilt" if change is Change.REPLACED else "appended"
         return RefreshReport(str(self.source_path), action, rows, seconds=seconds, catch_up_seconds=seconds)
@@ -238,16 +286,25 @@ class IndexedSource:
                 conn = self._connection()
                 with immediate(conn) as keep:
                     keep[0] = change(conn, fd)
+                fold_wal(conn)
                 return keep[0]
             except DatabaseFault as exc:
                 self._on_sqlite_error(exc)
                 return False
 
-    def refresh(self, *, full: bool = False, progress: Progress | None = None) -> RefreshReport:
-        """Catch up now (or rebuild with ``full``); returns what was done."""
+    def refresh(self, *, full: bool = False, progress: Progress | None = None, patient: bool = True) -> RefreshReport:
+        """Catch up now (or rebuild with ``full``); returns what was done.
+
+        ``patient``: wait for another process's build however long it takes (``reindex``);
+        otherwise give up after the busy timeout (:class:`IndexBusyError`).
+        """
+        return self._refresh(full=full, progress=progress, moves=0, patient=patient)
+
+    def _refresh(self, *, full: bool, progress: Progress | None, moves: int, patient: bool) -> RefreshReport:
         with self._mutex, self._open_source() as fd:
             started = time.perf_counter()
             self._progress = progress
+            self.file.patient = patient
             try:
                 if fd is None:
                     return RefreshReport(str(self.source_path), "missing", 0, seconds=0.0)
@@ -264,12 +321,20 @@ class IndexedSource:
                         if (creating or full) and report.action == "none":
                             report = dataclasses.replace(report, action="rebuilt" if full else "built")
                         break
+                    except SourceChangedError:
+                        continue
+                    except SourceMovedError:
+                        if moves >= ATTEMPTS:
+                            raise IndexBusyError(f"{self.source_path} kept being replaced") from None
+                        # on the file now at the path
+                        return self._refresh(full=False, progress=progress, moves=moves + 1, patient=patient)
                     except DatabaseFault as exc:
                         self._on_sqlite_error(exc)
                 else:
                     raise IndexUnavailableError(f"cannot refresh the index at {self.file.path}")
             finally:
                 self._progress = None
+                self.file.patient = False
             return dataclasses.replace(report, seconds=round(time.perf_counter() - started, 6))
 
     def source_status(self) -> SourceStatus:

@@ -27,8 +27,9 @@ from memstore.cards import FailureCard
 from memstore.files import MAX_JSON_FILE_BYTES, read_fd
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import IndexFile, Populate
-from memstore.index.source import Change, PrefixDigest, SourceState
+from memstore.index.source import Change, PrefixDigest, SourceState, record_state
 from memstore.index.sqltext import encodable
+from memstore.lines_seen import LinesSeen
 
 SOURCE_NAME = "failures"
 LoadRecords = Callable[[bytes], list[dict[str, Any]]]
@@ -63,10 +64,18 @@ class CardIndex(IndexedSource):
         # A JSON array is rewritten whole: whatever changed, the rows are rebuilt.  A file
         # over the cap holds no cards, as for the storage's own read.
         data = read_fd(fd, st.st_size) if st.st_size <= MAX_JSON_FILE_BYTES else b""
-        return self._replace_rows(conn, fd, st, self._load_records(data))
+        # The digest kept must be of the bytes the cards came from (a file over the cap holds none whatever its bytes).
+        seen = (LinesSeen.of_bytes(0, data),) if data else ()
+        return self._replace_rows(conn, fd, st, self._load_records(data), seen=seen)
 
     def _replace_rows(
-        self, conn: sqlite3.Connection, fd: int, st: os.stat_result, records: Sequence[dict[str, Any]]
+        self,
+        conn: sqlite3.Connection,
+        fd: int,
+        st: os.stat_result,
+        records: Sequence[dict[str, Any]],
+        *,
+        seen: Sequence[LinesSeen] = (),
     ) -> int:
         conn.execute("DELETE FROM card")
         conn.execute("DELETE FROM card_kw")
@@ -100,9 +109,10 @@ class CardIndex(IndexedSource):
             rows,
         )
         conn.executemany("INSERT OR IGNORE INTO card_kw(word, card) VALUES (?, ?)", keywords)
-        SourceState.of_file(
-            SOURCE_NAME, fd, st, indexed_to=st.st_size, tail_end=None, rows=len(rows), corrupt=0, blank=0
-        ).save(conn)
+        state = SourceState.of_file(
+            SOURCE_NAME, fd, st, indexed_to=st.st_size, tail_end=None, rows=len(rows), corrupt=0, blank=0, seen=seen
+        )
+        record_state(conn, SOURCE_NAME, state)
         return len(rows)
 
     # ------------------------------------------------------------------ write-through

@@ -10,6 +10,7 @@ row inside it, so concurrent processes never index the same bytes twice.
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 import os
 import sqlite3
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memstore.entry_filter import NO_FILTER, EntryFilter
-from memstore.files import open_for_read
+from memstore.files import MAX_LINE_BYTES, open_for_read
 from memstore.index import vocabulary
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
@@ -28,10 +29,11 @@ from memstore.index.lines import Row, parsed_ranges, row_values
 from memstore.index.report import CheckResult
 from memstore.index.restrict import restriction_for
 from memstore.index.search import Hit, Planner, PlannerFactory
-from memstore.index.source import Change, PrefixDigest, SourceState
+from memstore.index.source import Change, PrefixDigest, SourceState, record_state
 from memstore.index.sqlite_search import search_rows
 from memstore.index.sqltext import encodable
 from memstore.jsonl import decode_entry
+from memstore.lines_seen import LinesSeen
 from memstore.models import MemoryEntry, memory_matches, memory_relevance_score
 from memstore.scan import ScanResult
 
@@ -52,6 +54,8 @@ class RewritePlan:
     before: os.stat_result
     removed: frozenset[int]
     dropped: tuple[tuple[int, int], ...]
+    written: bytes = b""
+    """The SHA-256 of the file the rewrite wrote: the index follows only a file proven to hold it."""
 
 
 @dataclass(slots=True)
@@ -73,12 +77,23 @@ class _Ingest:
     """(kind, term) -> rows of this batch holding it (bulk builds read the vocabulary from FTS5 instead)."""
 
 
+_ANY_ID = object()
+"""No memory id to check a line's entry against."""
+
+
+def _distinct_lines(offsets: Sequence[int]) -> None:
+    """Rows of one answer name distinct lines (a damaged index may point two rows at one)."""
+    if len(set(offsets)) != len(offsets):
+        raise StaleRowError("two indexed rows name one line")
+
+
 class CatalogIndex(IndexedSource):
     """The derived index of one memory.jsonl (project or personal tier)."""
 
     SOURCE_NAME = SOURCE_NAME
 
     def __init__(self, path: Path, *, readonly: bool = False, private: bool = False) -> None:
+        self._odd_cache: tuple[object, builtins.list[tuple[int, int, int, MemoryEntry]], set[int]] | None = None
         super().__init__(Path(path), IndexFile(Path(path).parent, readonly=readonly, private=private))
 
     def _populate(self, conn: sqlite3.Connection) -> None:
@@ -145,7 +160,10 @@ class CatalogIndex(IndexedSource):
                 blank=state.blank,
             )
         total = st.st_size
+        seen: list[LinesSeen] = []
         for parsed in parsed_ranges(self.source_path, fd, ingest.indexed_to, total):
+            if parsed.seen is not None:
+                seen.append(parsed.seen)
             for row in parsed.rows:
                 self._add_row(ingest, row)
                 if len(ingest.docs) >= BATCH_ROWS:
@@ -166,7 +184,7 @@ class CatalogIndex(IndexedSource):
             vocabulary.load_from_fts(conn)
         if self._progress is not None:
             self._progress(total, total)
-        SourceState.of_file(
+        state = SourceState.of_file(
             SOURCE_NAME,
             fd,
             st,
@@ -176,7 +194,9 @@ class CatalogIndex(IndexedSource):
             corrupt=ingest.corrupt,
             blank=ingest.blank,
             prefix=prefix,
-        ).save(conn)
+            seen=seen,
+        )
+        record_state(conn, SOURCE_NAME, state)
         return ingest
 
     def _add_row(self, ingest: _Ingest, row: Row) -> None:
@@ -219,14 +239,13 @@ class CatalogIndex(IndexedSource):
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
         """Remove rows, their FTS entries, their terms and their tags (counts stay exact)."""
+        terms: vocabulary.TermCounts = Counter()
         for start in range(0, len(ids), 500):
             chunk = list(ids[start : start + 500])
             marks = ",".join("?" * len(chunk))
             held = conn.execute(f"SELECT id, c, t, mc, mt FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
-            terms: vocabulary.TermCounts = Counter()
             for _row_id, content, tags, content_marks, tag_marks in held:
                 vocabulary.row_terms(terms, content, tags, content_marks, tag_marks)
-            vocabulary.remove(conn, terms)
             conn.execute(
                 f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
                 f" WHERE id IN ({marks})",
@@ -234,20 +253,60 @@ class CatalogIndex(IndexedSource):
             )
             conn.execute(f"DELETE FROM doc WHERE id IN ({marks})", chunk)
             conn.execute(f"DELETE FROM pos WHERE id IN ({marks})", chunk)
+        # Once for all the rows: a common term is counted down in one UPDATE, not one per chunk.
+        vocabulary.remove(conn, terms)
 
     # ------------------------------------------------------------------ answers
 
-    def _entry_at(self, fd: int, off: int, length: int) -> MemoryEntry:
-        entry = decode_entry(os.pread(fd, length, off))
-        if entry is None:
-            raise StaleRowError(off)
+    def _entry_at(self, fd: int, off: object, length: object, mid: object = _ANY_ID) -> MemoryEntry:
+        """The entry of a row, read from the file: the index is input, so the row must name a
+        whole line (a newline or the file's start before it, a newline or its end after) whose
+        entry is that row's (``mid``, when the row has one)."""
+        if not (
+            type(off) is int and type(length) is int and off >= 0 and 0 <= length <= MAX_LINE_BYTES
+        ):  # fmt: skip
+            raise StaleRowError(f"a row names no line ({off!r}, {length!r})")
+        before = 1 if off > 0 else 0
+        data = os.pread(fd, length + before + 1, off - before)
+        line = data[before : before + length]
+        if (
+            len(line) != length
+            or (before and data[:1] != b"\n")
+            or data[before + length : before + length + 1] not in (b"\n", b"")
+        ):
+            raise StaleRowError(f"no line of {length} bytes at {off}")
+        entry = decode_entry(line)
+        if entry is None or (mid is not _ANY_ID and mid is not None and entry.memory_id != mid):
+            raise StaleRowError(f"the line at {off} is not the row's entry")
         return entry
 
-    def _odd_rows(self, conn: sqlite3.Connection, fd: int) -> builtins.list[tuple[int, int, int, MemoryEntry]]:
-        rows = conn.execute(
-            "SELECT doc.id, off, len FROM doc JOIN pos ON pos.id = doc.id WHERE odd = 1 ORDER BY doc.id"
-        ).fetchall()
-        return [(row_id, off, length, self._entry_at(fd, off, length)) for row_id, off, length in rows]
+    @staticmethod
+    def _place(places: dict[int, tuple[int, int, str | None]], row_id: int) -> tuple[int, int, str | None]:
+        place = places.get(row_id)
+        if place is None:
+            raise StaleRowError(f"row {row_id} has no place in the file")
+        return place
+
+    def _odd_rows(
+        self, conn: sqlite3.Connection, fd: int, state: SourceState, *, unnamed: bool = False
+    ) -> builtins.list[tuple[int, int, int, MemoryEntry]]:
+        """The rows scored in Python, decoded once per state of the file (``unnamed``: only
+        those whose id SQLite cannot hold, which a lookup by id cannot find)."""
+        key = (self.generation, state.recorded_ns, state.dev, state.ino, state.size, state.indexed_to, state.rows)
+        if self._odd_cache is None or self._odd_cache[0] != key:
+            rows = conn.execute(
+                "SELECT doc.id, off, len, mid FROM doc JOIN pos ON pos.id = doc.id WHERE odd = 1 ORDER BY doc.id"
+            ).fetchall()
+            _distinct_lines([off for _row_id, off, _length, _mid in rows])
+            decoded = [(row_id, off, length, self._entry_at(fd, off, length, mid)) for row_id, off, length, mid in rows]
+            named = {row_id for row_id, _off, _length, mid in rows if mid is not None}
+            self._odd_cache = (key, decoded, named)
+        _key, decoded, named = self._odd_cache
+        return [row for row in decoded if row[0] not in named] if unnamed else decoded
+
+    def _reset_caches(self) -> None:
+        super()._reset_caches()
+        self._odd_cache = None
 
     def search(
         self,
@@ -262,26 +321,37 @@ class CatalogIndex(IndexedSource):
         def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> list[MemoryEntry]:
             hits = search_rows(conn, tokens, limit, state.rows, planner=planner, restriction=restriction)
             known: dict[int, MemoryEntry] = {}
-            for row_id, _off, _length, entry in self._odd_rows(conn, fd):
+            odd_at: dict[int, int] = {}
+            for row_id, off, _length, entry in self._odd_rows(conn, fd, state):
                 if memory_matches(entry, tokens) and entry_filter.admits(entry):
                     known[row_id] = entry
+                    odd_at[row_id] = off
                     hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, row_id))
             if known:  # the planner's hits come sorted; odd rows join them here
                 hits.sort(key=Hit.sort_key)
             top = hits[:limit]
             if len(top) * 8 >= state.rows:
-                # Most rows are wanted: reading the narrow pos table whole beats looking each one up.
-                places = {row_id: (off, length) for row_id, off, length in conn.execute("SELECT id, off, len FROM pos")}
+                # Most rows are wanted: reading the narrow tables whole beats looking each one up.
+                rows = conn.execute("SELECT pos.id, off, len, mid FROM pos JOIN doc ON doc.id = pos.id")
             else:
                 wanted = json.dumps([hit.row_id for hit in top if hit.row_id not in known])
-                places = {
-                    row_id: (off, length)
-                    for row_id, off, length in conn.execute(
-                        "SELECT id, off, len FROM pos WHERE id IN (SELECT value FROM json_each(?))", (wanted,)
-                    )
-                }
-            found = [known.get(hit.row_id) or self._entry_at(fd, *places[hit.row_id]) for hit in top]
-            # The index is input: a hit is only returned when the entry read back from the file matches.
+                rows = conn.execute(
+                    "SELECT pos.id, off, len, mid FROM pos JOIN doc ON doc.id = pos.id"
+                    " WHERE pos.id IN (SELECT value FROM json_each(?))",
+                    (wanted,),
+                )
+            places = {row_id: (off, length, mid) for row_id, off, length, mid in rows}
+            found = [known.get(hit.row_id) or self._entry_at(fd, *self._place(places, hit.row_id)) for hit in top]
+            # The index is input: a hit is only returned when the entry read back from the file is
+            # the row's own, on a line of its own, and scores as the index said.
+            _distinct_lines(
+                [odd_at[hit.row_id] if hit.row_id in known else self._place(places, hit.row_id)[0] for hit in top]
+            )
+            for hit, entry in zip(top, found, strict=True):
+                if hit.row_id not in known and (
+                    entry.created_at != hit.created_at or memory_relevance_score(entry, tokens) != hit.score
+                ):
+                    raise StaleRowError("an indexed row does not match the entry in the file")
             if not all(memory_matches(entry, tokens) for entry in found):
                 raise StaleRowError("an indexed row does not match the entry in the file")
             return found
@@ -291,19 +361,31 @@ class CatalogIndex(IndexedSource):
     def list(self, limit: int, entry_filter: EntryFilter = NO_FILTER) -> builtins.list[MemoryEntry]:
         restriction = restriction_for(entry_filter)
 
-        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
+        def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> builtins.list[MemoryEntry]:
             if restriction is None:
-                rows = conn.execute("SELECT off, len FROM pos ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-                return [self._entry_at(fd, off, length) for off, length in rows]
+                rows = conn.execute(
+                    "SELECT off, len, mid FROM pos JOIN doc ON doc.id = pos.id ORDER BY pos.id DESC LIMIT ?", (limit,)
+                ).fetchall()
+                _distinct_lines([off for off, _length, _mid in rows])
+                return [self._entry_at(fd, off, length, mid) for off, length, mid in rows]
             found: builtins.list[tuple[int, MemoryEntry]] = [
-                (row_id, entry) for row_id, _o, _l, entry in self._odd_rows(conn, fd) if entry_filter.admits(entry)
+                (row_id, entry)
+                for row_id, _o, _l, entry in self._odd_rows(conn, fd, state)
+                if entry_filter.admits(entry)
             ]
             sql = (
-                "SELECT d.id, pos.off, pos.len FROM doc d JOIN pos ON pos.id = d.id"
+                "SELECT d.id, pos.off, pos.len, d.mid FROM doc d JOIN pos ON pos.id = d.id"
                 f" WHERE d.odd = 0 AND {restriction.sql} ORDER BY d.id DESC LIMIT :k"
             )
-            for row_id, off, length in conn.execute(sql, {**restriction.params, "k": limit}):
-                found.append((row_id, self._entry_at(fd, off, length)))
+            rows = conn.execute(sql, {**restriction.params, "k": limit}).fetchall()
+            admitted = {row_id for row_id, _entry in found}
+            odd_offsets = [off for row_id, off, _l, _e in self._odd_rows(conn, fd, state) if row_id in admitted]
+            _distinct_lines([off for _row_id, off, _length, _mid in rows] + odd_offsets)
+            for row_id, off, length, mid in rows:
+                entry = self._entry_at(fd, off, length, mid)
+                if not entry_filter.admits(entry):
+                    raise StaleRowError("an indexed row does not match the entry in the file")
+                found.append((row_id, entry))
             found.sort(key=lambda item: item[0], reverse=True)
             return [entry for _row_id, entry in found[:limit]]
 
@@ -312,8 +394,8 @@ class CatalogIndex(IndexedSource):
     def ids_from(self, prefix: str, limit: int) -> builtins.list[str]:
         """Up to ``limit`` distinct ids starting with ``prefix``, in code point order."""
 
-        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[str]:
-            found = {entry.memory_id for _i, _o, _l, entry in self._odd_rows(conn, fd)}
+        def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> builtins.list[str]:
+            found = {entry.memory_id for _i, _o, _l, entry in self._odd_rows(conn, fd, state, unnamed=True)}
             if encodable(prefix):
                 rows = conn.execute(
                     "SELECT DISTINCT mid FROM doc WHERE mid >= ? ORDER BY mid LIMIT ?", (prefix, limit)
@@ -326,8 +408,8 @@ class CatalogIndex(IndexedSource):
     def id_neighbours(self, memory_ids: Sequence[str]) -> dict[str, tuple[str | None, str | None]]:
         """For each id, the nearest different ids before and after it in code point order."""
 
-        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> dict[str, tuple[str | None, str | None]]:
-            odd = sorted({entry.memory_id for _i, _o, _l, entry in self._odd_rows(conn, fd)})
+        def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> dict[str, tuple[str | None, str | None]]:
+            odd = sorted({entry.memory_id for _i, _o, _l, entry in self._odd_rows(conn, fd, state, unnamed=True)})
             result: dict[str, tuple[str | None, str | None]] = {}
             for mid in memory_ids:
                 before = [other for other in odd if other < mid]
@@ -345,7 +427,7 @@ class CatalogIndex(IndexedSource):
     def show(self, memory_id: str) -> builtins.list[MemoryEntry]:
         """``[entry]`` for the first entry in file order with this id, ``[]`` when none."""
 
-        def answer(conn: sqlite3.Connection, fd: int, _state: SourceState) -> builtins.list[MemoryEntry]:
+        def answer(conn: sqlite3.Connection, fd: int, state: SourceState) -> builtins.list[MemoryEntry]:
             candidates: builtins.list[tuple[int, MemoryEntry]] = []
             if encodable(memory_id):
                 row = conn.execute(
@@ -354,9 +436,11 @@ class CatalogIndex(IndexedSource):
                     (memory_id,),
                 ).fetchone()
                 if row is not None:
-                    candidates.append((row[0], self._entry_at(fd, row[1], row[2])))
+                    candidates.append((row[0], self._entry_at(fd, row[1], row[2], memory_id)))
             candidates.extend(
-                (row_id, entry) for row_id, _o, _l, entry in self._odd_rows(conn, fd) if entry.memory_id == memory_id
+                (row_id, entry)
+                for row_id, _o, _l, entry in self._odd_rows(conn, fd, state, unnamed=True)
+                if entry.memory_id == memory_id
             )
             return [min(candidates, key=lambda item: item[0])[1]] if candidates else []
 
@@ -365,8 +449,12 @@ class CatalogIndex(IndexedSource):
     # ------------------------------------------------------------------ maintenance
 
     def prepare_rewrite(self) -> None:
-        """Bring the index level with the file before memstore rewrites it (caller holds the lock)."""
-        self.refresh()
+        """Bring the index level with the file before memstore rewrites it (caller may hold the lock).
+
+        Never waits out another process's build: a rewrite does not need the index, which is
+        then rebuilt lazily.
+        """
+        self.refresh(patient=False)
 
     def apply_rewrite(self, plan: RewritePlan, after: os.stat_result) -> bool:
         """Follow memstore's own rewrite: delete removed rows, shift offsets, record the new file.
@@ -382,47 +470,46 @@ class CatalogIndex(IndexedSource):
         before = plan.before
         if (
             state is None
-            or (st.st_dev, st.st_ino, st.st_size) != (after.st_dev, after.st_ino, after.st_size)
-            or (state.dev, state.ino, state.size, state.mtime_ns)
-            != (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns)
+            or (st.st_dev, st.st_ino) != (after.st_dev, after.st_ino)
+            or st.st_size < after.st_size
+            # An unterminated line that is no entry was never indexed; the rewrite ends it with a
+            # newline, which makes it a corrupt line here: rare enough to leave to a rebuild.
+            or (state.tail_end is None and state.size > state.indexed_to)
+            # ctime too: an in-place edit can keep size and mtime, never ctime.
+            or (state.dev, state.ino, state.size, state.mtime_ns, state.ctime_ns)
+            != (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns)
         ):
             return False
-        removed = [
-            row_id
-            for (row_id,) in conn.execute(
-                "SELECT id FROM pos WHERE off IN (SELECT value FROM json_each(?))", (json.dumps(sorted(plan.removed)),)
-            )
-        ]
-        if len(removed) != len(plan.removed):
-            return False
-        self._delete_rows(conn, removed)
-        # Every kept line moves back by the bytes of the dropped lines before it: one
-        # UPDATE over the narrow pos table, with the running totals in a temp table.
-        shifts: builtins.list[tuple[int, int]] = []
-        total = 0
-        for start, length in plan.dropped:
-            total += length
-            shifts.append((start, total))
-        if shifts:
-            conn.execute("CREATE TEMP TABLE IF NOT EXISTS shift(start INTEGER PRIMARY KEY, total INTEGER NOT NULL)")
-            conn.execute("DELETE FROM temp.shift")
-            conn.executemany("INSERT INTO temp.shift(start, total) VALUES (?, ?)", shifts)
+        removed_at = dict(
             conn.execute(
-                "UPDATE pos SET off = off - (SELECT total FROM temp.shift WHERE start < pos.off"
-                " ORDER BY start DESC LIMIT 1) WHERE off > ?",
-                (shifts[0][0],),
-            )
-        rows = state.rows - len(removed)
-        SourceState.of_file(
+                "SELECT off, id FROM pos WHERE off IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(plan.removed)),),
+            ).fetchall()
+        )
+        if len(removed_at) != len(plan.removed):
+            return False
+        removed = sorted(removed_at.values())
+        # The lock was released after the replace: the file must be proven to hold what the
+        # rewrite wrote (another tool may have saved it in place since).  Lines appended
+        # since are left for the next catch-up, as any append is.
+        rewritten = SourceState.of_file(
             SOURCE_NAME,
             fd,
-            st,
-            indexed_to=st.st_size,
+            # The rename changed the file's ctime after ``after`` was taken: when nothing was
+            # appended since, record the file as it is now, or the next query digests it again.
+            st if st.st_size == after.st_size else after,
+            indexed_to=after.st_size,
             tail_end=None,
-            rows=rows,
+            rows=state.rows - len(removed),
             corrupt=state.corrupt,
             blank=0,
-        ).save(conn)
+            expected=plan.written,
+        )
+        if rewritten is None:
+            return False
+        self._delete_rows(conn, removed)
+        _shift_offsets(conn, plan.dropped, removed_at)
+        rewritten.save(conn)
         return True
 
     @staticmethod
@@ -483,3 +570,66 @@ class CatalogIndex(IndexedSource):
             f" fts check {'ok' if fts_ok else 'failed'}; the next reindex rebuilds it"
         )
         return CheckResult(equal, summary, indexed=indexed, scanned=len(scanned.entries))
+
+
+SPARSE_DROPS = 64
+"""Dropped lines with no row (blank lines) placed by a search each; past this many, by one UPDATE."""
+
+
+def _shift_offsets(conn: sqlite3.Connection, dropped: Sequence[tuple[int, int]], removed_at: dict[int, int]) -> None:
+    """Move every kept line back by the bytes of the dropped lines before it.
+
+    Row ids follow file order, so the rows between two dropped lines are one id range:
+    one UPDATE per range over the primary key of the narrow pos table, rather than a
+    lookup per row of every row after the first dropped line.
+    """
+    if not dropped:
+        return
+    if sum(start not in removed_at for start, _length in dropped) > SPARSE_DROPS:
+        _shift_offsets_per_row(conn, dropped)
+        return
+    total = 0
+    bounds: builtins.list[tuple[int, int]] = []
+    """(the last row id before the rows that move back by ``total``, total)."""
+    for start, length in dropped:
+        total += length
+        last = removed_at.get(start)
+        bounds.append((_last_id_before(conn, start) if last is None else last, total))
+    bounds.append((_NO_ID, 0))
+    conn.executemany(
+        "UPDATE pos SET off = off - ? WHERE id > ? AND id <= ?",
+        [(moved, low, high) for (low, moved), (high, _next) in itertools.pairwise(bounds) if high > low],
+    )
+
+
+_NO_ID = 1 << 62
+"""Above every row id."""
+
+
+def _last_id_before(conn: sqlite3.Connection, offset: int) -> int:
+    """The id of the last row that starts before ``offset`` (0 if none), by a search over ids."""
+    low, high = 0, (conn.execute("SELECT max(id) FROM pos").fetchone()[0] or 0) + 1
+    while low + 1 < high:
+        middle = (low + high) // 2
+        row = conn.execute("SELECT id, off FROM pos WHERE id >= ? ORDER BY id LIMIT 1", (middle,)).fetchone()
+        if row is None or row[1] >= offset:
+            high = middle
+        else:
+            low = row[0]
+    return low
+
+
+def _shift_offsets_per_row(conn: sqlite3.Connection, dropped: Sequence[tuple[int, int]]) -> None:
+    shifts: builtins.list[tuple[int, int]] = []
+    total = 0
+    for start, length in dropped:
+        total += length
+        shifts.append((start, total))
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS shift(start INTEGER PRIMARY KEY, total INTEGER NOT NULL)")
+    conn.execute("DELETE FROM temp.shift")
+    conn.executemany("INSERT INTO temp.shift(start, total) VALUES (?, ?)", shifts)
+    conn.execute(
+        "UPDATE pos SET off = off - (SELECT total FROM temp.shift WHERE start < pos.off"
+        " ORDER BY start DESC LIMIT 1) WHERE off > ?",
+        (shifts[0][0],),
+    )

@@ -23,10 +23,10 @@ import sys
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memstore.errors import IndexUnavailableError, MemstoreError
+from memstore.errors import IndexUnavailableError, LockError, MemstoreError
 from memstore.files import DEFAULT_FILE_MODE, PRIVATE_FILE_MODE, FileLock, ensure_dir, fsync_dir
 from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_VERSION
 from memstore.index.trust import Generation, origin_problem, record_origin, schema_problem
@@ -148,6 +148,8 @@ class IndexFile:
         self.path = self.directory / INDEX_FILENAME
         self.readonly = readonly
         self.private = private
+        self.patient = False
+        """Whether building waits for another process's build however long it takes (``reindex``)."""
         self._mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
 
     # ------------------------------------------------------------------ opening
@@ -292,11 +294,12 @@ class IndexFile:
             raise IndexUnavailableError(f"the index folder {self.directory} is {kind}; it is not followed")
 
     def _drop_linked_sidecars(self) -> None:
-        """SQLite opens -wal, -shm and -journal itself, following links: remove any that is not a file."""
+        """SQLite opens -wal, -shm and -journal itself, following links and writing into them:
+        remove any that is not a file of its own (a symbolic link, or hard-linked elsewhere)."""
         for suffix in SIDECARS:
             path = Path(f"{self.path}{suffix}")
             st = self._lstat(path)
-            if st is None or stat.S_ISREG(st.st_mode):
+            if st is None or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
                 continue
             if self.readonly:
                 raise IndexUnavailableError(f"readonly catalog: {path} is not a regular file")
@@ -309,6 +312,24 @@ class IndexFile:
                 raise IndexUnavailableError(f"{path} is not a regular file and cannot be removed: {exc}") from exc
 
     # ------------------------------------------------------------------ building
+
+    @contextlib.contextmanager
+    def _building(self, *, replacing: bool) -> Iterator[None]:
+        """Hold build.lock.  A query that finds no index (or one to set aside or migrate) does
+        not wait out another process's build (a minute at 1M entries), nor a stuck holder of
+        this untrusted lock file: it answers from a scan instead.  ``reindex`` (patient) and a
+        rebuild asked for wait."""
+        lock = self._build_lock()
+        try:
+            lock.acquire(wait=None if self.patient or replacing else BUSY_TIMEOUT_MS / 1000)
+        except LockError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                raise IndexBusyError(f"another process is building the index at {self.path}") from exc
+            raise
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _build_lock(self) -> FileLock:
         lock = self.directory / "build.lock"
@@ -352,7 +373,7 @@ class IndexFile:
     def _build(self, populate: Populate | None, *, replace: Generation | None) -> None:
         try:
             self._ensure_directory()
-            with self._build_lock():
+            with self._building(replacing=replace is not None):
                 current = self._lstat(self.path)
                 if current is not None and (replace is None or _identity(current) != replace):
                     return  # another process built (or swapped in) a file meanwhile
@@ -412,7 +433,7 @@ class IndexFile:
             raise IndexUnavailableError("readonly catalog: the index schema is old and is not migrated")
         from memstore.index.migrate import upgrade_to_head
 
-        with self._build_lock():
+        with self._building(replacing=False):
             if self.generation() != expected:
                 return
             try:
@@ -431,7 +452,7 @@ class IndexFile:
         if self.readonly:
             raise IndexUnavailableError(f"readonly catalog: the index is unusable ({reason})")
         try:
-            with self._build_lock():
+            with self._building(replacing=False):
                 self._set_aside_locked(reason, expected)
         except OSError as exc:
             raise IndexUnavailableError(f"cannot set aside the damaged index {self.path}: {exc}") from exc

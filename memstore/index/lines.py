@@ -22,6 +22,7 @@ from memstore.files import iter_raw_lines
 from memstore.index.sqltext import encodable, sql_safe
 from memstore.index.terms import has_long_run, marks_text
 from memstore.jsonl import decode_entry, is_blank
+from memstore.lines_seen import LineRecorder, LinesSeen
 from memstore.models import MemoryEntry, tag_bonus
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ class ParsedRange:
     tail: Row | None = None
     """An unterminated last line that parses (the end of the file only)."""
     tail_end: int | None = None
+    seen: LinesSeen | None = None
+    """What the parse read, for the build to prove the file still holds it when it is digested."""
 
 
 RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, str, str, int]
@@ -64,7 +67,7 @@ def row_values(entry: MemoryEntry) -> RowValues:
     hold exactly (lone surrogates, NUL), entries with a newline inside a tag (``t``
     would not say where one tag ends, which the tag filter needs) and entries with a run
     of term characters too long for one FTS5 term become *odd* rows, scored and filtered
-    in Python.
+    in Python (their ``mid`` is kept when it is encodable).
     """
     content = entry.content.lower()
     tags = "\n".join(entry.tags)
@@ -90,13 +93,15 @@ def row_values(entry: MemoryEntry) -> RowValues:
             marks_text(tags),
             0,
         )
-    return (None, "", "", None, 0, None, None, "", "", 1)
+    # An odd row keeps its id when SQLite can hold it, so that ``show`` finds it without decoding.
+    return (entry.memory_id if encodable(entry.memory_id) else None, "", "", None, 0, None, None, "", "", 1)
 
 
 def parse_range(fd: int, start: int, stop: int) -> ParsedRange:
     """The index rows of the lines in bytes ``[start, stop)`` of an open catalog file."""
     parsed = ParsedRange(end=start)
-    for raw in iter_raw_lines(fd, start=start, stop=stop):
+    recorder = LineRecorder(start)
+    for raw in iter_raw_lines(fd, start=start, stop=stop, recorder=recorder):
         if not raw.terminated:
             entry = None if is_blank(raw.data) else decode_entry(raw.data)
             if entry is not None:
@@ -112,6 +117,7 @@ def parse_range(fd: int, start: int, stop: int) -> ParsedRange:
             parsed.corrupt += 1
             continue
         parsed.rows.append((raw.start, raw.end - raw.start - 1, *row_values(entry)))
+    parsed.seen = recorder.seen()
     return parsed
 
 

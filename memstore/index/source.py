@@ -24,14 +24,18 @@ so its next append is a rebuild).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import os
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from memstore.files import RACY_WINDOW_NS
+from memstore.lines_seen import LinesSeen, still_holds
 
 FINGERPRINT_BYTES = 4096
 WHOLE_BODY_BYTES = 1024 * 1024
@@ -95,8 +99,18 @@ class PrefixDigest:
             self._hasher.update(view[:got])
             self.end += got
 
+    def take(self, view: memoryview, at: int, *, end: int) -> None:
+        """Hash the part of a chunk read at ``at`` that continues the digest, up to byte ``end``."""
+        if at <= self.end < min(end, at + len(view)):
+            stop = min(end, at + len(view)) - at
+            self._hasher.update(view[self.end - at : stop])
+            self.end = at + stop
+
     def digest(self) -> bytes:
         return self._hasher.digest()[:DIGEST_BYTES]
+
+    def full_digest(self) -> bytes:
+        return self._hasher.digest()
 
 
 class Change(Enum):
@@ -161,15 +175,37 @@ class SourceState:
         corrupt: int,
         blank: int,
         prefix: PrefixDigest | None = None,
-    ) -> SourceState:
-        """The state of the open file indexed up to ``indexed_to``.
+        seen: Sequence[LinesSeen] = (),
+        expected: bytes | None = None,
+    ) -> SourceState | None:
+        """The state of the open file indexed up to ``indexed_to``; None if it no longer holds what was read.
 
         ``prefix`` is a digest already covering a leading part of the file (the
-        verified old prefix of an append); only the bytes after it are read.
+        verified old prefix of an append); only the bytes after it are read.  ``seen``
+        is what the parse read: the pass that digests the file proves those bytes are
+        still there, so the digest never vouches for bytes the rows were not made from.
+        ``expected`` is the SHA-256 the bytes before ``indexed_to`` must have (a file
+        memstore wrote).  The sampled fingerprints are taken first: bytes changed after
+        them fail the proof.
         """
-        if prefix is None or prefix.end > indexed_to:
+        head_hash = head_fingerprint(fd, indexed_to)
+        edge_hash = edge_fingerprint(fd, indexed_to)
+        body_hash = body_fingerprint(fd, indexed_to)
+        if prefix is None or prefix.end > indexed_to or expected is not None:
             prefix = PrefixDigest()
-        prefix.extend(fd, indexed_to)
+        if seen:
+            if any(a.stop != b.start for a, b in itertools.pairwise(seen)) or seen[-1].stop < indexed_to:
+                return None
+            if prefix.end > seen[0].start:
+                prefix = PrefixDigest()
+            if prefix.end < seen[0].start:
+                prefix.extend(fd, seen[0].start)
+            if not still_holds(fd, seen, functools.partial(prefix.take, end=indexed_to)):
+                return None
+        if prefix.end < indexed_to:
+            prefix.extend(fd, indexed_to)
+        if prefix.end != indexed_to or (expected is not None and prefix.full_digest() != expected):
+            return None
         return cls(
             name=name,
             dev=st.st_dev,
@@ -179,9 +215,9 @@ class SourceState:
             ctime_ns=st.st_ctime_ns,
             indexed_to=indexed_to,
             tail_end=tail_end,
-            head_hash=head_fingerprint(fd, indexed_to),
-            edge_hash=edge_fingerprint(fd, indexed_to),
-            body_hash=body_fingerprint(fd, indexed_to) + prefix.digest(),
+            head_hash=head_hash,
+            edge_hash=edge_hash,
+            body_hash=body_hash + prefix.digest(),
             recorded_ns=time.time_ns(),
             rows=rows,
             corrupt=corrupt,
@@ -222,10 +258,21 @@ class SourceState:
         """
         if self.is_current(fd, st):
             return Change.NONE, None
-        if (self.dev, self.ino) != (st.st_dev, st.st_ino) or st.st_size <= self.size:
-            # Replaced; same size with new times; shrunk: edited in place, truncated or touched.
+        if (self.dev, self.ino) != (st.st_dev, st.st_ino) or st.st_size < self.indexed_to:
+            # Replaced, or cut back into what was indexed.
             return Change.REPLACED, None
+        # Grown, touched, or changed only after the indexed bytes (a torn tail cut and a new
+        # line appended): when every indexed byte is proven intact, only the rest is read.
         prefix = self.verified_prefix(fd)
         if prefix is None:
             return Change.REPLACED, None
         return Change.GROWN, prefix
+
+
+def record_state(conn: sqlite3.Connection, name: str, state: SourceState | None) -> bool:
+    """Record a proven state, or none at all (the next catch-up then rebuilds); whether one was."""
+    if state is None:
+        SourceState.forget(conn, name)
+        return False
+    state.save(conn)
+    return True

@@ -79,6 +79,11 @@ def mark(char: str) -> str:
 _MARK_TERM = {char: mark(char) for char in MARK_CHARS}
 
 
+def mark_chars(code: str) -> str:
+    """The marks a mark term stands for (``x2dx3e`` -> ``->``): for reading a plan, not for matching."""
+    return "".join(chr(int(code[i + 1 : i + 3], 16)) for i in range(0, len(code), 3))
+
+
 _MARK_RUN = re.compile("[" + re.escape("".join(sorted(MARK_CHARS))) + "]{2,}")
 _NOT_MARKS = bytes(code for code in range(256) if not (code < 128 and chr(code) in MARK_CHARS))
 _BYTE_TERM = {ord(char): term for char, term in _MARK_TERM.items()}

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from memstore.index import search
 from memstore.index.search import Hit, Match, Planner, SearchQueries, TopK
-from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet
+from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet, mark_chars
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class TracedPlanner(Planner):
 
     def _mark(self, code: str, kind: int) -> TermSet:
         column = "content" if kind == MARKS_OF[CONTENT] else "tags"
-        with self.trace.timed("terms", f"mark {chr(int(code[1:], 16))!r} in {column}") as step:
+        with self.trace.timed("terms", f"mark {mark_chars(code)!r} in {column}") as step:
             found = super()._mark(code, kind)
             step.candidates = found.rows
             step.outcome = f"in at most {found.rows} rows" if found.terms else "in no row"

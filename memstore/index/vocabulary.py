@@ -46,16 +46,20 @@ def _columns(kind: int, value: str) -> tuple[str, str]:
     return (value, "") if kind == CONTENT else ("", value)
 
 
-def _index_terms(conn: sqlite3.Connection, rows: Iterable[tuple[int, int, str]]) -> None:
-    """File new terms (id, kind, text) under their trigrams and short substrings."""
+def _index_terms(conn: sqlite3.Connection, rows: Iterable[tuple[int, int, str]], *, command: str = "") -> None:
+    """File terms (id, kind, text) under their trigrams and short substrings, or with
+    ``command="delete"`` take them out (a contentless table is told the values it holds)."""
     rows = [row for row in rows if row[1] in LOOKED_UP]
-    conn.executemany(
-        "INSERT INTO term_tri(rowid, c, t) VALUES (?, ?, ?)", [(tid, *_columns(kind, text)) for tid, kind, text in rows]
-    )
-    conn.executemany(
-        "INSERT INTO term_gram(rowid, c, t) VALUES (?, ?, ?)",
-        [(tid, *_columns(kind, gram_text(text))) for tid, kind, text in rows],
-    )
+    for table, text_of in (("term_tri", _same), ("term_gram", gram_text)):
+        if command:
+            sql = f"INSERT INTO {table}({table}, rowid, c, t) VALUES ('{command}', ?, ?, ?)"
+        else:
+            sql = f"INSERT INTO {table}(rowid, c, t) VALUES (?, ?, ?)"
+        conn.executemany(sql, [(tid, *_columns(kind, text_of(text))) for tid, kind, text in rows])
+
+
+def _same(text: str) -> str:
+    return text
 
 
 def add(conn: sqlite3.Connection, counts: TermCounts) -> None:
@@ -81,10 +85,32 @@ def add(conn: sqlite3.Connection, counts: TermCounts) -> None:
 
 
 def remove(conn: sqlite3.Connection, counts: TermCounts) -> None:
-    """Count rows out of the vocabulary (the terms stay: a term with no rows finds nothing)."""
+    """Count rows out of the vocabulary; a term no row holds any more goes, with its lookups.
+
+    Dead terms would otherwise pile up with every add/delete cycle and make a piece that
+    few live rows hold look common to the planner.
+    """
+    if not counts:
+        return
     conn.executemany(
         "UPDATE term SET n = n - ? WHERE kind = ? AND text = ?", [(n, kind, text) for (kind, text), n in counts.items()]
     )
+    dead: list[tuple[int, int, str]] = []
+    for kind in COLUMN_KINDS.values():
+        texts = [text for term_kind, text in counts if term_kind == kind]
+        for start in range(0, len(texts), 20_000):
+            chunk = json.dumps(texts[start : start + 20_000])
+            dead.extend(
+                conn.execute(
+                    "SELECT id, kind, text FROM term WHERE kind = ? AND n <= 0"
+                    " AND text IN (SELECT value FROM json_each(?))",
+                    (kind, chunk),
+                )
+            )
+    if not dead:
+        return
+    conn.executemany("DELETE FROM term WHERE id = ?", [(tid,) for tid, _kind, _text in dead])
+    _index_terms(conn, dead, command="delete")
 
 
 def clear(conn: sqlite3.Connection) -> None:
@@ -119,10 +145,38 @@ def differences(conn: sqlite3.Connection) -> int:
         f"SELECT count(*) FROM term t WHERE t.n != 0 AND NOT EXISTS (SELECT 1 FROM {_VOCAB} v"
         f" WHERE {kind_of_v} = t.kind AND v.term = t.text)"
     ).fetchone()[0]
+    dead = conn.execute("SELECT count(*) FROM term WHERE n <= 0").fetchone()[0]
+    lookups = _lookup_differences(conn)
+    return int(wrong) + int(stale) + int(dead) + lookups
+
+
+def _lookup_differences(conn: sqlite3.Connection) -> int:
+    """Entries in which term_tri / term_gram differ from lookup tables built afresh from ``term``.
+
+    A contentless table cannot say what text it filed under a rowid, but its instance
+    list (term, rowid, column) can be compared with that of a copy filed from ``term``.
+    """
     looked_up = ",".join(str(kind) for kind in LOOKED_UP)
-    ids = conn.execute(f"SELECT count(*), coalesce(sum(id), 0) FROM term WHERE kind IN ({looked_up})").fetchone()
-    lookups = sum(
-        tuple(conn.execute(f"SELECT count(*), coalesce(sum(rowid), 0) FROM {table}").fetchone()) != tuple(ids)
-        for table in ("term_tri", "term_gram")
-    )
-    return int(wrong) + int(stale) + lookups
+    rows = conn.execute(f"SELECT id, kind, text FROM term WHERE kind IN ({looked_up})").fetchall()
+    found = 0
+    for table, text_of in (("term_tri", _same), ("term_gram", gram_text)):
+        (options,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        fresh = f"memstore_fresh_{table}"
+        conn.execute(f"DROP TABLE IF EXISTS temp.{fresh}")
+        conn.execute(str(options).replace(f"VIRTUAL TABLE {table} ", f"VIRTUAL TABLE temp.{fresh} ", 1))
+        conn.executemany(
+            f"INSERT INTO temp.{fresh}(rowid, c, t) VALUES (?, ?, ?)",
+            [(tid, *_columns(kind, text_of(text))) for tid, kind, text in rows],
+        )
+        for name in (table, fresh):
+            conn.execute(f"DROP TABLE IF EXISTS temp.v_{name}")
+            schema = "temp" if name == fresh else "main"
+            conn.execute(f"CREATE VIRTUAL TABLE temp.v_{name} USING fts5vocab({schema}, {name}, 'instance')")
+        for one, other in ((table, fresh), (fresh, table)):
+            found += conn.execute(
+                f"SELECT count(*) FROM (SELECT term, doc, col FROM temp.v_{one}"
+                f" EXCEPT SELECT term, doc, col FROM temp.v_{other})"
+            ).fetchone()[0]
+        for name in (f"v_{table}", f"v_{fresh}", fresh):
+            conn.execute(f"DROP TABLE IF EXISTS temp.{name}")
+    return int(found)

@@ -93,6 +93,31 @@ class Clock:
         return self._text
 
 
+class Provenance:
+    """The branch and run an entry is filed under, at the catalogs' rates (one per writer stream).
+
+    Runs start at random and last a while; a run summary always names its run.
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+        self._run_id = uuid_hex(rng)
+
+    def branch_and_run(self, tags: list[str]) -> tuple[str | None, str | None]:
+        rng = self._rng
+        roll = rng.random()
+        if roll < DELETE_BRANCH_RATE:
+            branch: str | None = DELETE_BRANCH
+        elif roll < BRANCH_RATE:
+            branch = BRANCHES[_below(rng, len(BRANCHES))]
+        else:
+            branch = None
+        if rng.random() < NEW_RUN_RATE:
+            self._run_id = uuid_hex(rng)
+        run_id = self._run_id if (RUN_SUMMARY in tags or rng.random() < RUN_ID_RATE) else None
+        return branch, run_id
+
+
 class CatalogWriter:
     """Draws catalog entries from one seeded stream; ``lines(n)`` continues where it stopped.
 
@@ -104,7 +129,7 @@ class CatalogWriter:
         self.vocab = vocabulary()
         self._rng = random.Random(f"catalog:{seed}:{stream}")
         self._clock = Clock(self._rng, start_us)
-        self._run_id = uuid_hex(self._rng)
+        self._provenance = Provenance(self._rng)
         self._words_per_char = 1.0 / (self.vocab.mean_word_chars + 1.0)
 
     def _content(self, words: list[str], extra_word: str | None) -> str:
@@ -161,16 +186,7 @@ class CatalogWriter:
             start += n_words
             content = self._content(words, extra_word)
             tags = self._tags()
-            roll = rng.random()
-            if roll < DELETE_BRANCH_RATE:
-                branch: str | None = DELETE_BRANCH
-            elif roll < BRANCH_RATE:
-                branch = BRANCHES[_below(rng, len(BRANCHES))]
-            else:
-                branch = None
-            if rng.random() < NEW_RUN_RATE:
-                self._run_id = uuid_hex(rng)
-            run_id = self._run_id if (RUN_SUMMARY in tags or rng.random() < RUN_ID_RATE) else None
+            branch, run_id = self._provenance.branch_and_run(tags)
             out.append(
                 {
                     "memory_id": uuid_hex(rng),

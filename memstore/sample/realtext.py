@@ -33,16 +33,11 @@ from pathlib import Path
 from memstore.sample.catalog import (
     AUTO_CURATED,
     AUTO_CURATED_RATE,
-    BRANCH_RATE,
-    BRANCHES,
     CHUNK_ADVANCE_US,
-    DELETE_BRANCH,
-    DELETE_BRANCH_RATE,
-    NEW_RUN_RATE,
-    RUN_ID_RATE,
     RUN_SUMMARY,
     RUN_SUMMARY_RATE,
     Clock,
+    Provenance,
     encode_line,
 )
 from memstore.sample.pytext import KINDS, TextCorpus
@@ -167,7 +162,7 @@ class RealTextWriter:
         self.words = words
         self._rng = random.Random(f"realtext:{seed}:{stream}")
         self._clock = Clock(self._rng, start_us)
-        self._run_id = uuid_hex(self._rng)
+        self._provenance = Provenance(self._rng)
 
     def entry(self, first: int, last: int, *, extra_word: str | None = None) -> dict[str, object]:
         rng = self._rng
@@ -184,16 +179,7 @@ class RealTextWriter:
         ]
         if bonus:
             tags = sorted({*tags, *bonus})
-        roll = rng.random()
-        if roll < DELETE_BRANCH_RATE:
-            branch: str | None = DELETE_BRANCH
-        elif roll < BRANCH_RATE:
-            branch = BRANCHES[_below(rng, len(BRANCHES))]
-        else:
-            branch = None
-        if rng.random() < NEW_RUN_RATE:
-            self._run_id = uuid_hex(rng)
-        run_id = self._run_id if (RUN_SUMMARY in tags or rng.random() < RUN_ID_RATE) else None
+        branch, run_id = self._provenance.branch_and_run(tags)
         return {
             "memory_id": uuid_hex(rng),
             "content": content,
