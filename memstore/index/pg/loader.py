@@ -38,6 +38,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from sqlalchemy.engine import Engine
 
+from memstore.errors import StorageError
 from memstore.files import open_for_read
 from memstore.index.lines import parse_range, parsed_ranges
 from memstore.index.pg.conn import LOCK_SPACE, SCHEMA_LOCK, raw_connection
@@ -45,11 +46,14 @@ from memstore.index.pg.rows import Doc, doc_of, id_arrays, wanted_terms
 from memstore.index.pg.vocab import Vocabulary
 from memstore.index.report import Progress
 from memstore.index.source import Change, PrefixDigest, SourceState
+from memstore.lines_seen import LinesSeen
 
 log = logging.getLogger(__name__)
 
 PgConn = psycopg.Connection[Any]
 BATCH_ROWS = 20_000
+CHANGED_TRIES = 3
+"""Catch-ups tried while another tool keeps changing the file under the reader."""
 RETIRE_KEY = 1
 """Second key of the lock (SCHEMA_LOCK, RETIRE_KEY) held while retired partitions are dropped."""
 SOURCE_LOCK_TIMEOUT = "900s"
@@ -85,6 +89,10 @@ class LoadResult:
     added: int
     seconds: float
     indexed_bytes: int
+
+
+class _FileChanged(Exception):
+    """The file no longer holds the bytes the parse read: the transaction is rolled back and retried."""
 
 
 def partition_name(part: int) -> str:
@@ -150,6 +158,8 @@ class SourceLoader:
         self.name = name
         self.path = Path(path)
         self.progress = progress
+        self._seen: list[LinesSeen] = []
+        """What the parse read, for the digest to prove the file still holds it."""
 
     def catch_up(self, *, full: bool = False, extra: Callable[[PgConn, int], None] | None = None) -> LoadResult:
         """Bring the source's rows level with its file; ``extra(conn, sid)`` runs under the same lock."""
@@ -157,7 +167,17 @@ class SourceLoader:
         with raw_connection(self.engine) as conn, raw_connection(self.engine) as vconn:
             sid = register(conn, self.name)
             with source_lock(conn, self.name):
-                result = self._catch_up(conn, vconn, sid, full=full)
+                for attempt in range(1, CHANGED_TRIES + 1):
+                    self._seen = []
+                    try:
+                        result = self._catch_up(conn, vconn, sid, full=full)
+                        break
+                    except _FileChanged:
+                        # Another tool wrote the file while it was read: nothing was made visible.
+                        if attempt == CHANGED_TRIES:
+                            raise StorageError(
+                                f"{self.path} kept changing while it was indexed ({CHANGED_TRIES} tries)"
+                            ) from None
                 if extra is not None:
                     extra(conn, sid)
                 self._drop_retired(conn)
@@ -235,7 +255,10 @@ class SourceLoader:
                 corrupt=state.corrupt + parsed.corrupt,
                 blank=state.blank + parsed.blank,
                 prefix=prefix,
+                seen=[parsed.seen] if parsed.seen is not None else [],
             )
+            if new is None:
+                raise _FileChanged
             _save_state(conn, source.sid, new, next_id=next_id, part=source.part)
         return len(docs)
 
@@ -256,8 +279,18 @@ class SourceLoader:
             # partition filter is selective and scans the primary key of every partition.
             conn.execute(f"ANALYZE {table}")
             new = SourceState.of_file(
-                self.name, fd, st, indexed_to=end, tail_end=tail_end, rows=rows, corrupt=corrupt, blank=blank
+                self.name,
+                fd,
+                st,
+                indexed_to=end,
+                tail_end=tail_end,
+                rows=rows,
+                corrupt=corrupt,
+                blank=blank,
+                seen=self._seen,
             )
+            if new is None:
+                raise _FileChanged
             with conn.transaction():
                 conn.execute(f"ALTER TABLE team_doc ATTACH PARTITION {table} FOR VALUES IN ({part})")
                 attached = True
@@ -279,6 +312,7 @@ class SourceLoader:
 
     def _parse_all(self, fd: int, st: os.stat_result) -> tuple[list[Doc], int, int | None, int, int]:
         parsed = parse_range(fd, 0, st.st_size)
+        self._seen = [parsed.seen] if parsed.seen is not None else []
         docs = [doc_of(row) for row in parsed.rows]
         if parsed.tail is not None:
             docs.append(doc_of(parsed.tail))
@@ -310,8 +344,18 @@ class SourceLoader:
             conn.execute("DELETE FROM team_count WHERE sid = %s", (source.sid,))
             _copy_counts(conn, source.sid, counts)
             new = SourceState.of_file(
-                self.name, fd, st, indexed_to=end, tail_end=tail_end, rows=len(docs), corrupt=corrupt, blank=blank
+                self.name,
+                fd,
+                st,
+                indexed_to=end,
+                tail_end=tail_end,
+                rows=len(docs),
+                corrupt=corrupt,
+                blank=blank,
+                seen=self._seen,
             )
+            if new is None:
+                raise _FileChanged
             _save_state(conn, source.sid, new, next_id=len(docs) + 1, part=source.part)
         return len(docs)
 
@@ -329,6 +373,8 @@ class SourceLoader:
             conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_part CHECK (part = {part})")
             with conn.cursor().copy(f"COPY {table} ({DOC_COLUMNS}) FROM STDIN (FREEZE)") as copy:
                 for parsed in parsed_ranges(self.path, fd, 0, total):
+                    if parsed.seen is not None:
+                        self._seen.append(parsed.seen)
                     rows = [*parsed.rows, *([parsed.tail] if parsed.tail is not None else [])]
                     for start in range(0, len(rows), BATCH_ROWS):
                         docs = [doc_of(row) for row in rows[start : start + BATCH_ROWS]]
