@@ -64,3 +64,34 @@ def test_stopped_server_and_unknown_source(tmp_path: Path) -> None:
         with pytest.raises(IndexServerError):
             reader.search("cache")
         reader.close()
+
+
+def test_a_file_changing_under_the_catch_up_is_retried_never_saved_unproven(
+    tmp_path: Path, pg_writer_url: str, pg_reader_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstore.errors import StorageError
+    from memstore.index import source
+
+    root = tmp_path / "moving"
+    MemoryCatalog(root).add("first line")
+    name = f"moving-{tmp_path.name}"
+    real = source.SourceState.of_file
+    failures = iter([True])
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        return None if next(failures, False) else real(*args, **kwargs)  # type: ignore[arg-type]
+
+    with TeamIndex(pg_writer_url) as writer, TeamIndex(pg_reader_url) as reader:
+        monkeypatch.setattr(source.SourceState, "of_file", staticmethod(flaky))
+        assert writer.reindex({name: root}).sources[0].action == "built"
+        assert [hit.entry.content for hit in reader.search("first", sources=[name]).hits] == ["first line"]
+        MemoryCatalog(root).add("second line")
+        monkeypatch.setattr(source.SourceState, "of_file", staticmethod(lambda *a, **k: None))
+        with pytest.raises(StorageError) as info:
+            writer.reindex({name: root})
+        assert "kept changing" in str(info.value) and "\n" not in str(info.value)
+        # Nothing of the failed catch-up is visible.
+        assert [hit.entry.content for hit in reader.search("line", sources=[name]).hits] == ["first line"]
+        monkeypatch.setattr(source.SourceState, "of_file", real)
+        assert writer.reindex({name: root}).sources[0].action == "appended"
+        assert len(reader.search("line", sources=[name]).hits) == 2

@@ -18,7 +18,7 @@ from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 from sqlalchemy.engine import Engine
 
-from memstore.errors import IndexAuthError, IndexServerError
+from memstore.errors import IndexAuthError, IndexServerError, MemstoreError
 from memstore.index.pg_connect import _engine_url, server_error
 from memstore.index_url import redact
 
@@ -63,6 +63,8 @@ def raw_connection(engine: Engine) -> Iterator[psycopg.Connection[tuple[object, 
     try:
         conn.autocommit = True
         yield conn
+    except MemstoreError:
+        raise  # already typed (a StorageError is an OSError, and not the server's)
     except DB_ERRORS as exc:
         broken = conn.closed or conn.broken
         raise database_error(exc, engine) from None
