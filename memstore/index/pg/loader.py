@@ -365,6 +365,7 @@ class SourceLoader:
         """Create the new partition's table and COPY every line into it (one transaction, FREEZE)."""
         vocab = Vocabulary(vconn)
         counts: Counter[int] = Counter()
+        self._seen = []  # this parse alone (a small source may have been parsed once already)
         row_id = 0
         end, tail_end, corrupt, blank = 0, None, 0, 0
         total = st.st_size
