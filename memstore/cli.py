@@ -37,10 +37,12 @@ if TYPE_CHECKING:
     from memstore.failure_cards import FailureCardStorage
     from memstore.index.report import IndexState
     from memstore.index.trace import SearchPlan
+    from memstore.index_url import IndexUrl
     from memstore.models import MemoryEntry
     from memstore.pinned import PinnedFileStorage
     from memstore.reports import WorkspaceStatus
     from memstore.team import TeamMemory
+    from memstore.team_report import SourceFreshness
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -565,6 +567,68 @@ def show_command(env: Env, memory_id: str) -> None:
         click.echo(_show_entry(entry))
 
 
+_INDEX_URL_HELP = (
+    "A team index on PostgreSQL (postgresql://role@host/db; default: $MEMSTORE_INDEX_URL;"
+    " an empty value: the local SQLite index)."
+)
+
+
+def _index_url_option(func: F) -> F:
+    return click.option("--index-url", default=None, metavar="URL", help=_INDEX_URL_HELP)(func)
+
+
+def _team_url(explicit: str | None) -> IndexUrl | None:
+    from memstore.index_url import resolve_index_url
+
+    return resolve_index_url(explicit)
+
+
+def _warn(message: str) -> None:
+    click.echo(f"{PROG}: warning: {' '.join(message.split())}", err=True)
+
+
+def _freshness_line(source: SourceFreshness) -> str:
+    when = _iso(source.caught_up_at) if source.caught_up_at else "never"
+    entries = "" if source.entries is None else f"{_plural(source.entries, 'entry', 'entries')}, "
+    return f"{out.one_line(source.name)}: {entries}{_bytes(source.bytes_indexed)} indexed, caught up {when}"
+
+
+TEAM_ENTRY_COLUMNS = ("source", "score", *ENTRY_COLUMNS)
+
+
+def _team_search(env: Env, url: IndexUrl, query: str, limit: int, sources: Sequence[str]) -> None:
+    from memstore.source_name import default_source_name
+    from memstore.team_index import TeamIndex
+
+    # This workspace's own source can be answered from its files when the database is down.
+    own = default_source_name(env.root)
+    local = {own: env.root}
+    names = [own if name == "." else name for name in sources] or None
+    with TeamIndex(url) as team:
+        result = team.search(query, limit=limit, sources=names, local=local)
+    for warning in result.warnings:
+        _warn(warning)
+
+    def human() -> str:
+        rows = [
+            (
+                out.one_line(hit.source, 32),
+                out.one_line(hit.entry.memory_id, 12),
+                _iso(hit.entry.created_at),
+                out.one_line(",".join(hit.entry.tags), 24),
+                out.one_line(hit.entry.content),
+            )
+            for hit in result.hits
+        ]
+        table = out.table(("SOURCE", "ID", "CREATED", "TAGS", "CONTENT"), rows, width=out.terminal_width())
+        lines = [table if rows else "no matches", "", "sources:"]
+        lines += [f"  {_freshness_line(source)}" for source in result.sources]
+        return "\n".join(lines)
+
+    records = [hit.to_dict() for hit in result.hits]
+    _emit_listing(env, result.to_dict(), records, human, TEAM_ENTRY_COLUMNS)
+
+
 @cli.command("search")
 @click.argument("query")
 @_limit_option(10, "entries")
@@ -575,15 +639,44 @@ def show_command(env: Env, memory_id: str) -> None:
     default=False,
     help="Show how the search was answered (the index's steps with candidate counts and times) instead of the results.",
 )
+@_index_url_option
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    metavar="NAME",
+    help="With an index URL: search only this source ('.' is this workspace's; repeat for several;"
+    " default: every source).",
+)
 @with_listing_env
 def search_command(
-    env: Env, query: str, limit: int, tags: tuple[str, ...], branch: str | None, run_id: str | None, explain: bool
+    env: Env,
+    query: str,
+    limit: int,
+    tags: tuple[str, ...],
+    branch: str | None,
+    run_id: str | None,
+    explain: bool,
+    index_url: str | None,
+    sources: tuple[str, ...],
 ) -> None:
     """Search entries, best match first.
 
     An entry matches when every word of QUERY is in its content or a tag. --tag (repeatable:
     all must be present), --branch and --run restrict the search to matching entries.
+
+    With --index-url (or $MEMSTORE_INDEX_URL) the team index on PostgreSQL is searched:
+    every source, or those named by --source; each hit names its source, and the answer
+    says how current each source is.
     """
+    url = _team_url(index_url)
+    if url is not None:
+        if explain or tags or branch is not None or run_id is not None:
+            raise click.UsageError("a team index search takes no --explain, --tag, --branch or --run")
+        _team_search(env, url, query, limit, sources)
+        return
+    if sources:
+        raise click.UsageError("--source needs --index-url or $MEMSTORE_INDEX_URL (a team index)")
     if explain:
         if tags or branch is not None or run_id is not None:
             raise click.UsageError("--explain shows unfiltered searches only: drop --tag, --branch and --run")
@@ -1268,13 +1361,34 @@ def _catch_up_with_feedback(catalog: MemoryCatalog) -> None:
 @cli.command("reindex")
 @click.option("--full", is_flag=True, help="Rebuild the index from scratch instead of catching it up.")
 @click.option("--check", is_flag=True, help="Compare the index with a fresh scan; exit 1 when they differ.")
+@_index_url_option
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    metavar="NAME=ROOT",
+    help="With an index URL: catch this workspace up under this name (repeat for several; a ROOT alone takes"
+    " its default name, <git remote or folder name>/memory.jsonl; default: this workspace).",
+)
 @with_env
-def reindex_command(env: Env, full: bool, check: bool) -> None:
+def reindex_command(env: Env, full: bool, check: bool, index_url: str | None, sources: tuple[str, ...]) -> None:
     """Catch the search index up with the files.
 
     --full rebuilds it from scratch; --check verifies it against a fresh scan.
+
+    With --index-url (or $MEMSTORE_INDEX_URL) the team index on PostgreSQL is fed instead:
+    its schema is created or migrated, then every --source is caught up.
     """
     from memstore.maintenance import reindex_workspace
+
+    url = _team_url(index_url)
+    if url is not None:
+        if check:
+            raise click.UsageError("--check compares the local index; drop it with --index-url")
+        _team_reindex(env, url, sources, full=full)
+        return
+    if sources:
+        raise click.UsageError("--source needs --index-url or $MEMSTORE_INDEX_URL (a team index)")
 
     catalog = _catalog(env)
     payload: dict[str, Any] = {}
@@ -1295,6 +1409,45 @@ def reindex_command(env: Env, full: bool, check: bool) -> None:
             click.echo(f"index matches the files: {checked.summary}".rstrip(": "))
     if checked is not None and not checked.equal:
         raise Refused(f"index differs from the files: {checked.summary}")
+
+
+def _parse_sources(env: Env, given: Sequence[str]) -> dict[str, Path]:
+    """``NAME=ROOT`` (or a ROOT alone, named by default) as {name: root}; none given: this workspace."""
+    from memstore.source_name import default_source_name
+
+    chosen: dict[str, Path] = {}
+    for text in given or [str(env.root)]:
+        name, equals, root = text.partition("=")
+        if not equals:
+            name, root = "", text
+        if not root.strip():
+            raise click.BadParameter(f"{text!r}: expected NAME=ROOT", param_hint="--source")
+        path = Path(root).expanduser()
+        if not path.is_dir():
+            raise click.BadParameter(f"{text!r}: {path} is not a folder", param_hint="--source")
+        name = name.strip() or default_source_name(path)
+        if name in chosen:
+            raise click.BadParameter(f"source {name!r} named twice", param_hint="--source")
+        chosen[name] = path
+    return chosen
+
+
+def _team_reindex(env: Env, url: IndexUrl, given: Sequence[str], *, full: bool) -> None:
+    from memstore.team_index import TeamIndex
+
+    sources = _parse_sources(env, given)
+    with TeamIndex(url) as team:
+        report = team.reindex(sources, full=full)
+    if env.as_json:
+        _emit_json(report.to_dict())
+        return
+    click.echo(f"team index {report.url}: schema {report.schema}")
+    for source in report.sources:
+        cards = "" if source.cards is None else f", {_plural(source.cards, 'card', 'cards')}"
+        click.echo(
+            f"{out.one_line(source.name)}: {source.action}, {_plural(source.entries, 'entry', 'entries')}"
+            f" (+{source.added}), {_bytes(source.bytes_indexed)} indexed{cards}, {source.seconds:.3f} s"
+        )
 
 
 def _status_row(source: IndexState) -> tuple[str, ...]:

@@ -85,3 +85,17 @@ def test_every_public_name_is_exported_and_resolves() -> None:
     assert set(memstore.__all__) == set(memstore._EXPORTS)
     for name in memstore.__all__:
         assert getattr(memstore, name) is not None
+
+
+TEAM_PROBE = """
+import json, sys
+import memstore.team_index, memstore.team_report, memstore.source_name
+from memstore.team_index import TeamIndex
+TeamIndex("postgresql://reader@localhost/memstore")
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & {"sqlalchemy", "alembic", "psycopg"})))
+"""
+
+
+def test_the_team_index_loads_the_driver_only_when_it_talks_to_the_server() -> None:
+    result = subprocess.run([sys.executable, "-c", TEAM_PROBE], capture_output=True, text=True, check=True, timeout=120)
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []

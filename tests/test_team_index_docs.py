@@ -73,7 +73,25 @@ def test_the_documented_roles_write_and_read_as_promised(documented: pg_server.C
             conn.execute("DROP ROLE stranger")
 
 
-def test_the_page_marks_what_does_not_exist_yet() -> None:
+def test_memstore_feeds_and_searches_with_the_documented_roles(documented: pg_server.Cluster, tmp_path: Path) -> None:
+    """The page's setup is enough: the writer creates the schema and feeds it, the reader searches it."""
+    from memstore.catalog import MemoryCatalog
+    from memstore.errors import IndexAuthError
+    from memstore.team_index import TeamIndex
+
+    root = tmp_path / "payments"
+    MemoryCatalog(root).add("payment retries back off exponentially")
+    with TeamIndex(documented.url("memstore_writer", "memstore")) as writer:
+        assert writer.reindex({"payments/memory.jsonl": root}).schema == "created"
+    with TeamIndex(documented.url("memstore_reader", "memstore")) as reader:
+        result = reader.search("retries")
+        assert [(hit.source, hit.entry.content) for hit in result.hits] == [
+            ("payments/memory.jsonl", "payment retries back off exponentially")]
+        with pytest.raises(IndexAuthError):
+            reader.reindex({"payments/memory.jsonl": root}, full=True)
+
+
+def test_the_page_has_no_draft_markers_left() -> None:
     text = DOC.read_text()
-    assert text.startswith("# A team index on PostgreSQL (draft)")
-    assert "(planned)" in text
+    assert text.startswith("# A team index on PostgreSQL\n")
+    assert "planned" not in text and "draft" not in text.lower()

@@ -1,0 +1,524 @@
+"""Catching one team source up with its file: appends in place, everything else as a new partition.
+
+One indexer at a time per source: a session advisory lock on the source's name,
+taken before the source's state is read and held until its change is committed, so a
+second indexer of the same source waits for the first and then finds little or
+nothing left to do; indexers of other sources never wait for it.  The change is
+classified exactly as the SQLite index classifies it (:mod:`memstore.index.source`),
+except that a new machine or a fresh clone (another device and inode) is not a
+rewrite when the digest of every indexed byte still matches.
+
+* *Grown*: the new lines go into the source's current partition in one READ
+  COMMITTED transaction, with its term counts and its new state: searchers see all
+  of it or none.
+* *Anything else* (first load, rewrite, truncation, edit, replaced file, or an
+  append larger than what is indexed): the whole file is loaded into a new table with
+  ``COPY … FREEZE``, its indexes are built while nothing reads it, and one short
+  transaction attaches it as a partition and points the source at it.  The old
+  partition is retired and detached concurrently (searches that still read it finish
+  first), then dropped.
+
+New vocabulary terms are inserted before, in their own autocommit statements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from sqlalchemy.engine import Engine
+
+from memstore.errors import StorageError
+from memstore.files import open_for_read
+from memstore.index.lines import parse_range, parsed_ranges
+from memstore.index.pg.conn import LOCK_SPACE, SCHEMA_LOCK, raw_connection
+from memstore.index.pg.rows import Doc, doc_of, id_arrays, wanted_terms
+from memstore.index.pg.vocab import Vocabulary
+from memstore.index.report import Progress
+from memstore.index.source import Change, PrefixDigest, SourceState
+from memstore.lines_seen import LinesSeen
+
+log = logging.getLogger(__name__)
+
+PgConn = psycopg.Connection[Any]
+BATCH_ROWS = 20_000
+CHANGED_TRIES = 3
+"""Catch-ups tried while another tool keeps changing the file under the reader."""
+RETIRE_KEY = 1
+"""Second key of the lock (SCHEMA_LOCK, RETIRE_KEY) held while retired partitions are dropped."""
+SOURCE_LOCK_TIMEOUT = "900s"
+"""How long an indexer waits for another indexer of the same source (a full load of a large one)."""
+INDEX_MEMORY = "256MB"
+"""maintenance_work_mem for a new partition's index builds (set for that transaction only)."""
+IN_PLACE_ROWS = 2_000
+"""A rewritten source with at most this many rows is rebuilt in its current partition (delete and
+insert, one transaction) rather than through a new one: DDL costs more than a few rows do."""
+DOC_COLUMNS = "part, id, sid, c, t, created_at, bonus, odd, off, len, cterms, tterms, raw"
+STATE_COLUMNS = (
+    "dev, ino, size, mtime_ns, ctime_ns, indexed_to, tail_end, head_hash, edge_hash, body_hash,"
+    " recorded_ns, rows, corrupt, blank"
+)
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """What ``team_source`` holds for one source, as read under its lock."""
+
+    sid: int
+    part: int | None
+    next_id: int
+    state: SourceState | None
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What one catch-up did: 'none', 'appended', 'rebuilt', 'built' (first load) or 'missing'."""
+
+    action: str
+    rows: int
+    added: int
+    seconds: float
+    indexed_bytes: int
+
+
+class _FileChanged(Exception):
+    """The file no longer holds the bytes the parse read: the transaction is rolled back and retried."""
+
+
+def partition_name(part: int) -> str:
+    return f"team_doc_p{int(part)}"
+
+
+def register(conn: PgConn, name: str) -> int:
+    """The source's sid, registering it first if new (sids give the union's order of sources)."""
+    row = conn.execute("SELECT sid FROM team_source WHERE name = %s", (name,)).fetchone()
+    if row is None:
+        conn.execute("INSERT INTO team_source (name) VALUES (%s) ON CONFLICT (name) DO NOTHING", (name,))
+        row = conn.execute("SELECT sid FROM team_source WHERE name = %s", (name,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def read_source(conn: PgConn, sid: int) -> SourceRow:
+    sql = f"SELECT name, part, next_id, {STATE_COLUMNS} FROM team_source WHERE sid = %s"
+    row = conn.execute(sql, (sid,)).fetchone()
+    assert row is not None
+    name, part, next_id, *state = row
+    fields: list[Any] = [bytes(value) if isinstance(value, memoryview) else value for value in state]
+    return SourceRow(sid, part, int(next_id), SourceState(name, *fields) if fields[0] is not None else None)
+
+
+def classify(state: SourceState | None, fd: int, st: os.stat_result) -> tuple[Change, PrefixDigest | None]:
+    """The SQLite index's classification, with identity proven by content rather than by inode.
+
+    A CI job sees each push in a fresh clone: another device and inode, the same
+    bytes.  The digest of every indexed byte decides, as it does for an append.
+    """
+    if state is None:
+        return Change.REPLACED, None
+    if state.is_current(fd, st):
+        return Change.NONE, None
+    if st.st_size < state.indexed_to:
+        return Change.REPLACED, None
+    prefix = state.verified_prefix(fd)
+    if prefix is None:
+        return Change.REPLACED, None
+    return Change.GROWN, prefix
+
+
+@contextlib.contextmanager
+def source_lock(conn: PgConn, name: str) -> Iterator[None]:
+    """Hold the source's advisory lock (session level) for the whole catch-up."""
+    with conn.transaction():
+        conn.execute(f"SET LOCAL lock_timeout = '{SOURCE_LOCK_TIMEOUT}'")
+        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (LOCK_SPACE, name))
+    try:
+        yield
+    finally:
+        if not conn.closed and not conn.broken:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_SPACE, name))
+
+
+class SourceLoader:
+    """Catches one named source up from its file (memory.jsonl of one checkout)."""
+
+    def __init__(self, engine: Engine, name: str, path: Path, *, progress: Progress | None = None) -> None:
+        self.engine = engine
+        self.name = name
+        self.path = Path(path)
+        self.progress = progress
+        self._seen: list[LinesSeen] = []
+        """What the parse read, for the digest to prove the file still holds it."""
+
+    def catch_up(self, *, full: bool = False, extra: Callable[[PgConn, int], None] | None = None) -> LoadResult:
+        """Bring the source's rows level with its file; ``extra(conn, sid)`` runs under the same lock."""
+        started = time.perf_counter()
+        with raw_connection(self.engine) as conn, raw_connection(self.engine) as vconn:
+            sid = register(conn, self.name)
+            with source_lock(conn, self.name):
+                for attempt in range(1, CHANGED_TRIES + 1):
+                    self._seen = []
+                    try:
+                        result = self._catch_up(conn, vconn, sid, full=full)
+                        break
+                    except _FileChanged:
+                        # Another tool wrote the file while it was read: nothing was made visible.
+                        if attempt == CHANGED_TRIES:
+                            raise StorageError(
+                                f"{self.path} kept changing while it was indexed ({CHANGED_TRIES} tries)"
+                            ) from None
+                if extra is not None:
+                    extra(conn, sid)
+                self._drop_retired(conn)
+        return LoadResult(result[0], result[1], result[2], round(time.perf_counter() - started, 6), result[3])
+
+    def _catch_up(self, conn: PgConn, vconn: PgConn, sid: int, *, full: bool) -> tuple[str, int, int, int]:
+        source = read_source(conn, sid)
+        fd = open_for_read(self.path)
+        if fd is None:
+            rows = source.state.rows if source.state else 0
+            return "missing", rows, 0, source.state.indexed_to if source.state else 0
+        try:
+            st = os.fstat(fd)
+            change, prefix = (Change.REPLACED, None) if full else classify(source.state, fd, st)
+            state = source.state
+            if change is Change.NONE and state is not None:
+                # Nothing new: the source is still known current as of now.
+                conn.execute("UPDATE team_source SET caught_up_at = now() WHERE sid = %s", (sid,))
+                return "none", state.rows, 0, _indexed(state)
+            if change is Change.GROWN and state is not None and st.st_size - state.indexed_to <= max(
+                state.indexed_to, 1 << 20
+            ):
+                added = self._append(conn, vconn, source, fd, st, prefix)
+                new = read_source(conn, sid).state
+                assert new is not None
+                return "appended", new.rows, added, _indexed(new)
+            first = source.part is None
+            rows = self._rebuild(conn, vconn, source, fd, st)
+            return "built" if first else "rebuilt", rows, rows, _indexed(read_source(conn, sid).state)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ appends
+
+    def _append(
+        self, conn: PgConn, vconn: PgConn, source: SourceRow, fd: int, st: os.stat_result, prefix: PrefixDigest | None
+    ) -> int:
+        state = source.state
+        assert state is not None and source.part is not None
+        parsed = parse_range(fd, state.indexed_to, st.st_size)
+        docs = [doc_of(row) for row in parsed.rows]
+        tail_end = None
+        if parsed.tail is not None:
+            docs.append(doc_of(parsed.tail))
+            tail_end = parsed.tail_end
+        vocab = Vocabulary(vconn)
+        vocab.ensure(wanted_terms(docs))
+        counts: Counter[int] = Counter()
+        next_id = source.next_id
+        rows = state.rows
+        with conn.transaction():
+            if state.tail_end is not None:
+                # The unterminated last line is parsed again with whatever follows it now.
+                gone = conn.execute(
+                    "DELETE FROM team_doc WHERE part = %s AND id = %s RETURNING cterms, tterms",
+                    (source.part, next_id - 1),
+                ).fetchone()
+                if gone is not None:
+                    rows -= 1
+                    for ids in gone:
+                        counts.subtract(ids)
+            with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN") as copy:
+                for doc in docs:
+                    copy.write_row(_doc_row(doc, source.part, next_id, source.sid, vocab, counts, fd))
+                    next_id += 1
+            rows += len(docs)
+            _add_counts(conn, source.sid, counts)
+            new = SourceState.of_file(
+                self.name,
+                fd,
+                st,
+                indexed_to=parsed.end,
+                tail_end=tail_end,
+                rows=rows,
+                corrupt=state.corrupt + parsed.corrupt,
+                blank=state.blank + parsed.blank,
+                prefix=prefix,
+                seen=[parsed.seen] if parsed.seen is not None else [],
+            )
+            if new is None:
+                raise _FileChanged
+            _save_state(conn, source.sid, new, next_id=next_id, part=source.part)
+        return len(docs)
+
+    # ------------------------------------------------------------------ full loads
+
+    def _rebuild(self, conn: PgConn, vconn: PgConn, source: SourceRow, fd: int, st: os.stat_result) -> int:
+        if source.part is not None and source.state is not None and source.state.rows <= IN_PLACE_ROWS:
+            docs, parsed_end, tail_end, corrupt, blank = self._parse_all(fd, st)
+            if len(docs) <= IN_PLACE_ROWS:
+                return self._rebuild_in_place(conn, vconn, source, fd, st, docs, parsed_end, tail_end, corrupt, blank)
+        part = int(_scalar(conn, "SELECT nextval('team_part_seq')"))
+        table = partition_name(part)
+        attached = False
+        try:
+            rows, counts, end, tail_end, corrupt, blank = self._load_table(conn, vconn, source.sid, part, table, fd, st)
+            self._build_indexes(conn, vconn, table)
+            # Statistics before anyone reads it: without them the planner guesses that the
+            # partition filter is selective and scans the primary key of every partition.
+            conn.execute(f"ANALYZE {table}")
+            new = SourceState.of_file(
+                self.name,
+                fd,
+                st,
+                indexed_to=end,
+                tail_end=tail_end,
+                rows=rows,
+                corrupt=corrupt,
+                blank=blank,
+                seen=self._seen,
+            )
+            if new is None:
+                raise _FileChanged
+            with conn.transaction():
+                conn.execute(f"ALTER TABLE team_doc ATTACH PARTITION {table} FOR VALUES IN ({part})")
+                attached = True
+                conn.execute("DELETE FROM team_count WHERE sid = %s", (source.sid,))
+                _copy_counts(conn, source.sid, counts)
+                _save_state(conn, source.sid, new, next_id=rows + 1, part=part)
+                if source.part is not None:
+                    conn.execute(
+                        "INSERT INTO team_retired (part) VALUES (%s) ON CONFLICT DO NOTHING", (source.part,)
+                    )
+            # The vocabulary and the counts grew by a whole file: fresh estimates for the lookups.
+            conn.execute("ANALYZE team_term, team_count")
+        except BaseException:
+            if not attached and not conn.closed and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(f"DROP TABLE IF EXISTS {table}")
+            raise
+        return rows
+
+    def _parse_all(self, fd: int, st: os.stat_result) -> tuple[list[Doc], int, int | None, int, int]:
+        parsed = parse_range(fd, 0, st.st_size)
+        self._seen = [parsed.seen] if parsed.seen is not None else []
+        docs = [doc_of(row) for row in parsed.rows]
+        if parsed.tail is not None:
+            docs.append(doc_of(parsed.tail))
+        return docs, parsed.end, parsed.tail_end, parsed.corrupt, parsed.blank
+
+    def _rebuild_in_place(
+        self,
+        conn: PgConn,
+        vconn: PgConn,
+        source: SourceRow,
+        fd: int,
+        st: os.stat_result,
+        docs: Sequence[Doc],
+        end: int,
+        tail_end: int | None,
+        corrupt: int,
+        blank: int,
+    ) -> int:
+        """A small source rewritten: its rows replaced in its current partition, in one transaction."""
+        assert source.part is not None
+        vocab = Vocabulary(vconn)
+        vocab.ensure(wanted_terms(docs))
+        counts: Counter[int] = Counter()
+        with conn.transaction():
+            conn.execute("DELETE FROM team_doc WHERE part = %s", (source.part,))
+            with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN") as copy:
+                for row_id, doc in enumerate(docs, start=1):
+                    copy.write_row(_doc_row(doc, source.part, row_id, source.sid, vocab, counts, fd))
+            conn.execute("DELETE FROM team_count WHERE sid = %s", (source.sid,))
+            _copy_counts(conn, source.sid, counts)
+            new = SourceState.of_file(
+                self.name,
+                fd,
+                st,
+                indexed_to=end,
+                tail_end=tail_end,
+                rows=len(docs),
+                corrupt=corrupt,
+                blank=blank,
+                seen=self._seen,
+            )
+            if new is None:
+                raise _FileChanged
+            _save_state(conn, source.sid, new, next_id=len(docs) + 1, part=source.part)
+        return len(docs)
+
+    def _load_table(
+        self, conn: PgConn, vconn: PgConn, sid: int, part: int, table: str, fd: int, st: os.stat_result
+    ) -> tuple[int, Counter[int], int, int | None, int, int]:
+        """Create the new partition's table and COPY every line into it (one transaction, FREEZE)."""
+        vocab = Vocabulary(vconn)
+        counts: Counter[int] = Counter()
+        self._seen = []  # this parse alone (a small source may have been parsed once already)
+        row_id = 0
+        end, tail_end, corrupt, blank = 0, None, 0, 0
+        total = st.st_size
+        with conn.transaction():
+            conn.execute(f"CREATE TABLE {table} (LIKE team_doc INCLUDING DEFAULTS)")
+            conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_part CHECK (part = {part})")
+            with conn.cursor().copy(f"COPY {table} ({DOC_COLUMNS}) FROM STDIN (FREEZE)") as copy:
+                for parsed in parsed_ranges(self.path, fd, 0, total):
+                    if parsed.seen is not None:
+                        self._seen.append(parsed.seen)
+                    rows = [*parsed.rows, *([parsed.tail] if parsed.tail is not None else [])]
+                    for start in range(0, len(rows), BATCH_ROWS):
+                        docs = [doc_of(row) for row in rows[start : start + BATCH_ROWS]]
+                        vocab.ensure(wanted_terms(docs))
+                        for doc in docs:
+                            row_id += 1
+                            copy.write_row(_doc_row(doc, part, row_id, sid, vocab, counts, fd))
+                    end = parsed.end
+                    corrupt += parsed.corrupt
+                    blank += parsed.blank
+                    if parsed.tail is not None:
+                        tail_end = parsed.tail_end
+                    if self.progress is not None:
+                        self.progress(parsed.end, total)
+        return row_id, counts, end, tail_end, corrupt, blank
+
+    def _build_indexes(self, conn: PgConn, vconn: PgConn, table: str) -> None:
+        """The parent's indexes on the new table, so ATTACH finds them built (two at a time)."""
+        definitions = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i"
+                " WHERE i.indrelid = 'team_doc'::regclass AND NOT i.indisprimary ORDER BY i.indexrelid"
+            ).fetchall()
+        ]
+        statements = [f"ALTER TABLE {table} ADD CONSTRAINT {table}_pkey PRIMARY KEY (part, id)"]
+        for number, definition in enumerate(definitions):
+            head, _on, rest = definition.partition(" ON ONLY ")
+            _table, _space, using = rest.partition(" ")
+            unique = "UNIQUE " if head.startswith("CREATE UNIQUE") else ""
+            statements.append(f"CREATE {unique}INDEX {table}_i{number} ON {table} {using}")
+        # The content terms' GIN costs most: it builds on the second connection meanwhile.
+        heavy = [statement for statement in statements if "(cterms)" in statement]
+        light = [statement for statement in statements if statement not in heavy]
+        failure: list[BaseException] = []
+
+        def build(connection: PgConn, ddl: Sequence[str]) -> None:
+            try:
+                with connection.transaction():
+                    connection.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_MEMORY}'")
+                    for statement in ddl:
+                        connection.execute(statement)
+            except BaseException as exc:
+                failure.append(exc)
+
+        helper = threading.Thread(target=build, args=(vconn, heavy), daemon=True)
+        helper.start()
+        build(conn, light)
+        helper.join()
+        if failure:
+            raise failure[0]
+
+    # ------------------------------------------------------------------ retired partitions
+
+    @staticmethod
+    def _drop_retired(conn: PgConn) -> None:
+        """Detach (concurrently: running searches finish first) and drop partitions no source uses.
+
+        One indexer at a time does it (a try-lock: the others leave it to that one), so two never
+        race to detach the same partition.
+        """
+        retired = [int(row[0]) for row in conn.execute("SELECT part FROM team_retired ORDER BY part").fetchall()]
+        if not retired or not _scalar(conn, f"SELECT pg_try_advisory_lock({SCHEMA_LOCK}, {RETIRE_KEY})"):
+            return
+        try:
+            SourceLoader._drop_parts(conn, retired)
+        finally:
+            if not conn.closed and not conn.broken:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(f"SELECT pg_advisory_unlock({SCHEMA_LOCK}, {RETIRE_KEY})")
+
+    @staticmethod
+    def _drop_parts(conn: PgConn, retired: Sequence[int]) -> None:
+        for part in retired:
+            table = partition_name(part)
+            try:
+                attached = conn.execute(
+                    "SELECT i.inhdetachpending FROM pg_inherits i"
+                    " WHERE i.inhrelid = to_regclass(%s) AND i.inhparent = 'team_doc'::regclass",
+                    (table,),
+                ).fetchone()
+                if attached is not None:
+                    mode = "FINALIZE" if attached[0] else "CONCURRENTLY"
+                    conn.execute(f"ALTER TABLE team_doc DETACH PARTITION {table} {mode}")
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+                conn.execute("DELETE FROM team_retired WHERE part = %s", (part,))
+            except pg_errors.ObjectNotInPrerequisiteState as exc:
+                log.info("retired partition %s kept for a later catch-up: %s", table, exc)
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                log.info("retired partition %s kept for a later catch-up: %s", table, exc)
+
+
+def _scalar(conn: PgConn, sql: str) -> Any:
+    row = conn.execute(sql).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def _indexed(state: SourceState | None) -> int:
+    if state is None:
+        return 0
+    return state.tail_end if state.tail_end is not None else state.indexed_to
+
+
+def _doc_row(
+    doc: Doc, part: int, row_id: int, sid: int, vocab: Vocabulary, counts: Counter[int], fd: int
+) -> tuple[Any, ...]:
+    raw = os.pread(fd, doc.length, doc.off)
+    if doc.odd:
+        return (part, row_id, sid, "", "", None, 0, True, doc.off, doc.length, "{}", "{}", raw)
+    cterms, tterms = id_arrays(doc, vocab.ids, counts)
+    return (part, row_id, sid, doc.c, doc.t, doc.created_at, doc.bonus, False, doc.off, doc.length, cterms, tterms, raw)
+
+
+def _add_counts(conn: PgConn, sid: int, counts: Counter[int]) -> None:
+    changed = sorted((tid, n) for tid, n in counts.items() if n)
+    if not changed:
+        return
+    conn.execute(
+        "INSERT INTO team_count (sid, tid, n) SELECT %s, u.tid, u.n FROM unnest(%s::int[], %s::int[]) AS u(tid, n)"
+        " ON CONFLICT (sid, tid) DO UPDATE SET n = team_count.n + EXCLUDED.n",
+        (sid, [tid for tid, _n in changed], [n for _tid, n in changed]),
+    )
+
+
+def _copy_counts(conn: PgConn, sid: int, counts: Counter[int]) -> None:
+    with conn.cursor().copy("COPY team_count (sid, tid, n) FROM STDIN") as copy:
+        for tid, n in counts.items():
+            if n > 0:
+                copy.write_row((sid, tid, n))
+
+
+def _save_state(conn: PgConn, sid: int, state: SourceState, *, next_id: int, part: int) -> None:
+    conn.execute(
+        "UPDATE team_source SET dev = %s, ino = %s, size = %s, mtime_ns = %s, ctime_ns = %s, indexed_to = %s,"
+        " tail_end = %s, head_hash = %s, edge_hash = %s, body_hash = %s, recorded_ns = %s, rows = %s,"
+        " corrupt = %s, blank = %s, next_id = %s, part = %s, caught_up_at = now() WHERE sid = %s",
+        (
+            state.dev, state.ino, state.size, state.mtime_ns, state.ctime_ns, state.indexed_to, state.tail_end,
+            state.head_hash, state.edge_hash, state.body_hash, state.recorded_ns, state.rows, state.corrupt,
+            state.blank, next_id, part, sid,
+        ),
+    )  # fmt: skip
+

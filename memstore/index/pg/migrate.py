@@ -1,0 +1,56 @@
+"""Create or migrate the team index schema with Alembic (``team@head``), once per database.
+
+Run by ``reindex`` only: a search reads ``alembic_version`` with one query and never
+imports Alembic.  Two indexers starting at once take turns on an advisory lock, so
+the schema is created once.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from memstore.errors import IndexServerError
+from memstore.index.pg.conn import SCHEMA_LOCK, database_error
+from memstore.index.pg.schema import TEAM_REVISION
+from memstore.index.pg_connect import connect, ensure_trgm
+
+Outcome = Literal["current", "created", "migrated"]
+
+
+def schema_revision(conn: Connection) -> str | None:
+    """The team branch's revision stamped in this database; None when there is none."""
+    if conn.execute(sa.text("SELECT to_regclass('alembic_version')")).scalar() is None:
+        return None
+    rows = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars().all()
+    team = [str(row) for row in rows if str(row).startswith("t")]
+    return team[0] if team else None
+
+
+def upgrade_team(engine: Engine) -> Outcome:
+    """Bring the database to ``team@head``; what was done ('current' when nothing was)."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.util import CommandError
+
+    from memstore.index.migrate import migrations_dir
+
+    with connect(engine) as conn:
+        try:
+            with conn.begin():
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k, 0)"), {"k": SCHEMA_LOCK})
+                current = schema_revision(conn)
+                if current == TEAM_REVISION:
+                    return "current"
+                ensure_trgm(conn)
+                config = Config()
+                config.set_main_option("script_location", str(migrations_dir()))
+                config.attributes["connection"] = conn
+                command.upgrade(config, "team@head")
+        except sa.exc.DBAPIError as exc:
+            raise database_error(exc, engine) from None
+        except CommandError as exc:
+            raise IndexServerError(f"cannot migrate the team index schema: {exc}") from None
+    return "created" if current is None else "migrated"

@@ -1,0 +1,87 @@
+"""Catalog lines as ``team_doc`` rows: the SQLite index's parse, with terms as vocabulary ids.
+
+Each parsed line (:func:`memstore.index.lines.row_values`) keeps its columns; what
+PostgreSQL cannot hold exactly becomes an *odd* row, decided here before the row
+reaches ``COPY`` (one bad row would abort the whole ``COPY``).  Beyond the SQLite
+index's odd rows (NUL, lone surrogates, newlines in tags), a row holding a term too
+long for a GIN or B-tree key is odd too.  An odd row keeps only its raw line and is
+scored in Python.
+
+A row's ``cterms`` hold the ids of its content terms and content marks, ``tterms``
+those of its tag terms and tag marks: ids are unique across kinds, so one array per
+column serves both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from memstore.index.lines import Row
+from memstore.index.terms import CONTENT, CONTENT_MARKS, PIECE, TAG_MARKS, TAGS
+
+LONG_TERM_CHARS = 400
+"""Terms of this many characters or more make a row odd: at 4 bytes a character they stay well
+below PostgreSQL's index key limit (about 2,700 bytes) in the vocabulary's B-tree and trigram index."""
+_LONG_TERM = re.compile(r"[0-9A-Za-z\u0080-\U0010ffff]{" + str(LONG_TERM_CHARS) + "}")
+_findall = PIECE.findall
+
+
+@dataclass(slots=True)
+class Doc:
+    """One line of a source as the team index holds it (``terms`` empty for an odd row)."""
+
+    off: int
+    length: int
+    c: str
+    t: str
+    created_at: str | None
+    bonus: int
+    odd: bool
+    terms: tuple[set[str], set[str], list[str], list[str]]
+    """Content terms, tag terms, content marks, tag marks."""
+
+
+_NO_TERMS: tuple[set[str], set[str], list[str], list[str]] = (set(), set(), [], [])
+
+
+def doc_of(row: Row) -> Doc:
+    """A parsed row (offset, length, doc columns) as a team row."""
+    off, length, _mid, c, t, created_at, bonus, _br, _run, mc, mt, odd = row
+    if odd or _LONG_TERM.search(c) is not None or _LONG_TERM.search(t) is not None:
+        return Doc(off, length, "", "", None, 0, True, _NO_TERMS)
+    terms = (set(_findall(c)), set(_findall(t)), mc.split(), mt.split())
+    return Doc(off, length, c, t, created_at, bonus, False, terms)
+
+
+KIND_OF_COLUMN = (CONTENT, TAGS, CONTENT_MARKS, TAG_MARKS)
+"""The vocabulary kind of each slot of :attr:`Doc.terms`."""
+
+
+def wanted_terms(docs: Iterable[Doc]) -> dict[int, set[str]]:
+    """Every distinct term of these rows, per kind."""
+    wanted: dict[int, set[str]] = {kind: set() for kind in KIND_OF_COLUMN}
+    for doc in docs:
+        for kind, terms in zip(KIND_OF_COLUMN, doc.terms, strict=True):
+            wanted[kind].update(terms)
+    return wanted
+
+
+def array_literal(ids: Iterable[str]) -> str:
+    """An integer array in PostgreSQL's text form (built here: psycopg's list dumper costs 3x)."""
+    return "{" + ",".join(ids) + "}"
+
+
+def id_arrays(doc: Doc, ids: dict[int, dict[str, str]], counts: Counter[int] | None) -> tuple[str, str]:
+    """The row's ``cterms`` and ``tterms`` literals; ``counts`` gets each id once (rows holding it)."""
+    content, tags, content_marks, tag_marks = doc.terms
+    c_ids = [ids[CONTENT][term] for term in content]
+    c_ids += [ids[CONTENT_MARKS][code] for code in content_marks]
+    t_ids = [ids[TAGS][term] for term in tags]
+    t_ids += [ids[TAG_MARKS][code] for code in tag_marks]
+    if counts is not None:
+        counts.update(map(int, c_ids))
+        counts.update(map(int, t_ids))
+    return array_literal(c_ids), array_literal(t_ids)

@@ -1,0 +1,258 @@
+"""The PostgreSQL side of the search planner: every SQL statement a team search runs.
+
+:class:`PgSearch` implements :class:`memstore.index.search.SearchQueries` over the
+chosen sources' current partitions; the planner itself is the SQLite index's,
+unchanged.  A row's planner key is ``sid << 40 | id``: ordering keys orders rows by
+source registration order, then line order, which is the union's file order.
+
+* Word-index sets are ``&&`` on the integer term arrays (GIN).  PostgreSQL's
+  planner prices ``&&`` over many terms as one operator call a row and picks a
+  sequential scan that costs seconds (docs/postgres-notes.md §4), so index use is
+  forced in the search transaction (``enable_seqscan`` off), and turned back on for
+  the one statement that scores every row.
+* Walks stream in ``team_doc_walk`` order (bonus, newest, sid, id) through a cursor,
+  with sorts disabled so the order can only come from the index (a merge of each
+  partition's index scan).  A walk's time budget is ``statement_timeout`` on each
+  FETCH, inside a savepoint, so a walk cut short leaves the snapshot usable.
+* Scores use ``strpos`` over Python-lowered text in the "C" collation: exact, and
+  never a pattern, so ``%``, ``_``, ``\\`` and quotes in a token are plain text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from memstore.index.search import FETCH, FIRST_FETCH, AllOf, AnyOf, Has, Hit, Match, WalkInterrupted, WalkRow
+from memstore.index.terms import CONTENT, CONTENT_MARKS, END, ENDS, INSIDE, START, STARTS, TAGS, WHOLE, TermSet
+from memstore.models import CONTENT_POINTS, TAG_POINTS
+
+PgConn = psycopg.Connection[Any]
+ID_BITS = 40
+ID_MASK = (1 << ID_BITS) - 1
+
+
+def row_key(sid: int, row_id: int) -> int:
+    """The planner's key of a row: source order first, then line order."""
+    return (sid << ID_BITS) | row_id
+
+
+def split_key(key: int) -> tuple[int, int]:
+    return key >> ID_BITS, key & ID_MASK
+
+
+KEY_SQL = f"((d.sid::bigint << {ID_BITS}) | d.id)"
+COLUMN_OF_KIND = {CONTENT: "cterms", CONTENT_MARKS: "cterms", TAGS: "tterms"}
+"""Content terms and marks share one array, tag terms and marks the other (ids are unique)."""
+PARTS = "d.part = ANY(%(parts)s)"
+ORDER = " ORDER BY s DESC, d.created_at DESC, d.sid, d.id LIMIT %(k)s"
+
+
+class PgSearch:
+    """The SQL of one search over one REPEATABLE READ snapshot of the chosen sources."""
+
+    restriction_impossible = False
+    filtered = False
+
+    def __init__(self, conn: PgConn, tokens: Sequence[str], *, parts: Mapping[int, int]) -> None:
+        """``parts`` maps each chosen source's sid to its current partition."""
+        self.conn = conn
+        self.parts = dict(parts)
+        self.base: dict[str, Any] = {"parts": sorted(self.parts.values()), "sids": sorted(self.parts)}
+        counts = Counter(tokens)
+        self.base.update({f"p{i}": token for i, token in enumerate(counts)})
+        self.match_sql = " AND ".join(
+            f"(strpos(d.c, %(p{i})s) > 0 OR strpos(d.t, %(p{i})s) > 0)" for i in range(len(counts))
+        )
+        score = " + ".join(
+            f"{CONTENT_POINTS * m} * (strpos(d.c, %(p{i})s) > 0)::int"
+            f" + {TAG_POINTS * m} * (strpos(d.t, %(p{i})s) > 0)::int"
+            for i, m in enumerate(counts.values())
+        )
+        self.select = f"SELECT {KEY_SQL} AS key, {score} + d.bonus AS s, d.created_at"
+        self.term_ids: dict[tuple[int, str], int] = {}
+        """(kind, text) -> vocabulary id, for every term a lookup returned."""
+        self.settings: dict[str, str] = {}
+        self._set(enable_seqscan="off")
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _set(self, **wanted: str) -> None:
+        """Planner settings for the rest of the transaction (SET LOCAL), sent only when they change."""
+        changed = {name: value for name, value in wanted.items() if self.settings.get(name) != value}
+        if changed:
+            calls = ", ".join(f"set_config('{name}', %({name})s, true)" for name in changed)
+            self.conn.execute(f"SELECT {calls}", changed)
+            self.settings.update(changed)
+
+    def _rows(self, sql: str, extra: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        return self.conn.execute(sql, {**self.base, **(extra or {})}).fetchall()
+
+    def _where(self, match: Match, params: dict[str, Any]) -> str:
+        """``match`` as a boolean expression over ``d``; its id arrays are added to ``params``."""
+        if isinstance(match, Has):
+            name = f"m{len(params)}"
+            params[name] = [self.term_ids[(match.kind, term)] for term in match.terms]
+            return f"d.{COLUMN_OF_KIND.get(match.kind, 'tterms')} && %({name})s::int[]"
+        assert isinstance(match, AllOf | AnyOf)
+        joiner = " AND " if isinstance(match, AllOf) else " OR "
+        return "(" + joiner.join(self._where(part, params) for part in match.parts) + ")"
+
+    def _hits(self, sql: str, extra: Mapping[str, Any]) -> list[Hit]:
+        return [Hit(int(score), str(created_at), int(key)) for key, score, created_at in self._rows(sql, extra)]
+
+    # ------------------------------------------------------------------ the vocabulary
+
+    def lookup(self, piece: str, position: str, cap: int) -> tuple[TermSet, TermSet]:
+        """Both kinds in one statement (one round trip): each kind's part has its own cap."""
+        params, condition = self._term_condition(piece, position, cap)
+        part = (
+            "(SELECT v.kind, v.id, v.text,"
+            " (SELECT sum(n.n) FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s))"
+            f" FROM team_term v WHERE v.kind = {{kind}} AND {condition}"
+            " AND EXISTS (SELECT 1 FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s) AND n.n > 0)"
+            " LIMIT %(cap)s)"
+        )
+        rows = self._rows(f"{part.format(kind=CONTENT)} UNION ALL {part.format(kind=TAGS)}", params)
+        return (
+            self._term_set([row[1:] for row in rows if row[0] == CONTENT], CONTENT, cap),
+            self._term_set([row[1:] for row in rows if row[0] == TAGS], TAGS, cap),
+        )
+
+    def _term_condition(self, piece: str, position: str, cap: int) -> tuple[dict[str, Any], str]:
+        params: dict[str, Any] = {"cap": cap + 1, "piece": piece}
+        if position == WHOLE:
+            condition = "v.text = %(piece)s"
+        else:
+            # Pieces are runs of letters, digits and non-ASCII: never a LIKE wildcard or escape.
+            params["pattern"] = {INSIDE: f"%{piece}%", STARTS: f"{piece}%", ENDS: f"%{piece}"}[position]
+            condition = "v.text LIKE %(pattern)s"
+            if len(piece) < 3:
+                # Too short for trigrams: the term's own short substrings (and starts, ends) find it.
+                params["gram"] = piece + {STARTS: START, ENDS: END}.get(position, "")
+                condition += " AND v.grams @> ARRAY[%(gram)s]::text[]"
+        return params, condition
+
+    def _term_set(self, rows: Sequence[tuple[Any, ...]], kind: int, cap: int) -> TermSet:
+        for tid, text, _n in rows:
+            self.term_ids[(kind, str(text))] = int(tid)
+        total = sum(int(n) for _tid, _text, n in rows)
+        if len(rows) > cap:
+            return TermSet(None, total)
+        return TermSet(tuple(str(text) for _tid, text, _n in rows), total)
+
+    def mark(self, code: str, kind: int) -> TermSet:
+        row = self.conn.execute(
+            "SELECT v.id, (SELECT sum(n.n) FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s))"
+            " FROM team_term v WHERE v.kind = %(kind)s AND v.text = %(code)s",
+            {"sids": self.base["sids"], "kind": kind, "code": code},
+        ).fetchone()
+        if row is None or not row[1]:
+            return TermSet((), 0)
+        self.term_ids[(kind, code)] = int(row[0])
+        return TermSet((code,), int(row[1]))
+
+    # ------------------------------------------------------------------ word-index sets
+
+    def count(self, match: Match, cap: int) -> int:
+        params: dict[str, Any] = {"cap": cap}
+        where = self._where(match, params)
+        self._set(enable_seqscan="off")
+        sql = f"SELECT count(*) FROM (SELECT 1 FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s) x"
+        return int(self._rows(sql, params)[0][0])
+
+    def ids(self, match: Match, cap: int) -> set[int] | None:
+        params: dict[str, Any] = {"cap": cap}
+        where = self._where(match, params)
+        self._set(enable_seqscan="off")
+        rows = self._rows(f"SELECT {KEY_SQL} FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s", params)
+        if len(rows) >= cap:
+            return None
+        return {int(row[0]) for row in rows}
+
+    # ------------------------------------------------------------------ exact scoring
+
+    def score_ids(self, ids: set[int], k: int) -> list[Hit]:
+        keys = sorted(ids)
+        parts = [self.parts[key >> ID_BITS] for key in keys]
+        row_ids = [key & ID_MASK for key in keys]
+        self._set(enable_seqscan="off")
+        sql = (
+            f"{self.select} FROM unnest(%(kp)s::int[], %(ki)s::bigint[]) AS u(part, id)"
+            f" JOIN team_doc d ON d.part = u.part AND d.id = u.id WHERE {self.match_sql}{ORDER}"
+        )
+        return self._hits(sql, {"kp": parts, "ki": row_ids, "k": k})
+
+    def score_match(self, match: Match, k: int) -> list[Hit]:
+        params: dict[str, Any] = {"k": k}
+        where = self._where(match, params)
+        self._set(enable_seqscan="off")
+        sql = f"{self.select} FROM team_doc d WHERE d.part = ANY(%(parts)s) AND {where} AND {self.match_sql}{ORDER}"
+        return self._hits(sql, params)
+
+    def restricted(self, cap: int, k: int) -> list[Hit] | None:
+        """Sources are chosen by partition in every statement: there is no further filter."""
+        return None
+
+    def score_all(self, k: int) -> list[Hit]:
+        self._set(enable_seqscan="on")
+        sql = f"{self.select} FROM team_doc d WHERE d.part = ANY(%(parts)s) AND {self.match_sql}{ORDER}"
+        return self._hits(sql, {"k": k})
+
+    # ------------------------------------------------------------------ the walk
+
+    def walk_sql(self, filters: Sequence[Match], after: tuple[int, str, int] | None) -> tuple[str, dict[str, Any]]:
+        params: dict[str, Any] = {}
+        terms = ["d.part = ANY(%(parts)s)"]
+        terms += [self._where(match, params) for match in filters]
+        if after is not None:
+            sid, row_id = split_key(after[2])
+            terms.append(
+                "d.bonus <= %(rb)s AND (d.bonus < %(rb)s OR d.created_at < %(rc)s"
+                " OR (d.created_at = %(rc)s AND (d.sid > %(rs)s OR (d.sid = %(rs)s AND d.id > %(ri)s))))"
+            )
+            params.update(rb=after[0], rc=after[1], rs=sid, ri=row_id)
+        where = " AND ".join([*terms, self.match_sql])
+        sql = f"{self.select}, d.bonus FROM team_doc d WHERE {where}"
+        sql += " ORDER BY d.bonus DESC, d.created_at DESC, d.sid, d.id"
+        return sql, params
+
+    def walk(
+        self, filters: Sequence[Match], after: tuple[int, str, int] | None, seconds: float | None
+    ) -> Generator[list[WalkRow], None, None]:
+        sql, params = self.walk_sql(filters, after)
+        before = dict(self.settings)
+        deadline = None if seconds is None else time.perf_counter() + seconds
+        cursor = self.conn.cursor()
+        cursor.execute("SAVEPOINT memstore_walk")
+        try:
+            # Only the walk index can give this order with sorts and bitmaps off: no sort of all matches.
+            self._set(enable_seqscan="off", enable_sort="off", enable_bitmapscan="off")
+            cursor.execute(f"DECLARE memstore_walk NO SCROLL CURSOR FOR {sql}", {**self.base, **params})
+            size = FIRST_FETCH
+            while True:
+                if deadline is not None:
+                    left_ms = int((deadline - time.perf_counter()) * 1000)
+                    if left_ms <= 0:
+                        raise WalkInterrupted
+                    self.conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(left_ms),))
+                try:
+                    rows = cursor.execute(f"FETCH {size} FROM memstore_walk").fetchall()
+                except pg_errors.QueryCanceled as exc:
+                    raise WalkInterrupted from exc
+                if not rows:
+                    return
+                yield [(int(key), int(score), str(created_at), int(bonus)) for key, score, created_at, bonus in rows]
+                size = min(2 * size, FETCH)
+        finally:
+            # Back to the state before the walk: the cursor closed, settings and timeout restored.
+            if not self.conn.closed:
+                cursor.execute("ROLLBACK TO SAVEPOINT memstore_walk")
+                cursor.execute("RELEASE SAVEPOINT memstore_walk")
+            cursor.close()
+            self.settings = before

@@ -1,0 +1,361 @@
+"""TeamIndex: one exact search over many repositories' memory, in a shared PostgreSQL database.
+
+Each *source* is one checkout's ``.teaagent/memory.jsonl`` (and its failure cards)
+under a name.  ``reindex`` catches sources up from their byte offsets, as the SQLite
+index does; ``search`` answers the spec's ranking over the union of the chosen
+sources — exactly what a scan of those files, as they were at their last catch-up,
+gives — with every hit labelled by its source and, for each source, how current it
+is.  Ties in score and ``created_at`` are broken by source registration order, then
+line order (the union's file order).
+
+Only a reader role is needed to search; ``reindex`` needs the writer.  Every
+database failure is a typed one-line :class:`~memstore.errors.IndexServerError`
+naming the URL without its password.  SQLAlchemy and psycopg load only when a
+TeamIndex is used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memstore.card_match import check_file_paths, task_keywords
+from memstore.checks import check_limit, optional_str, require_str
+from memstore.errors import IndexServerError, InvalidArgumentError
+from memstore.index.report import Progress
+from memstore.index_url import IndexUrl, parse_index_url
+from memstore.jsonl import decode_entry
+from memstore.layout import FAILURES_FILE, memory_dir, store_dir
+from memstore.models import MemoryEntry, memory_matches, memory_relevance_score, query_tokens
+from memstore.team_report import (
+    SourceFreshness,
+    TeamCardHit,
+    TeamCardResult,
+    TeamHit,
+    TeamReindexReport,
+    TeamSearchResult,
+    TeamSourceReport,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from memstore.index.pg.loader import PgConn
+    from memstore.index.search import PlannerFactory
+
+CATALOG_FILE = "memory.jsonl"
+LOAD_WORKERS = 2
+"""Sources loaded at once: one parses while the server builds the other's indexes."""
+
+
+@dataclass(frozen=True)
+class _Source:
+    sid: int
+    name: str
+    part: int | None
+    rows: int
+    indexed: int
+    caught_up_at: datetime | None
+    cards: int
+
+    def freshness(self) -> SourceFreshness:
+        stamp = None
+        if self.caught_up_at is not None:
+            stamp = self.caught_up_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        return SourceFreshness(self.name, self.rows, self.indexed, stamp, self.cards)
+
+
+def _check_name(name: object) -> str:
+    text = require_str("source name", name).strip()
+    if not text or "\x00" in text or not text.isprintable():
+        raise InvalidArgumentError(f"source name must be printable, non-empty text: {name!r}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"source name is not valid text: {name!r}") from None
+    return text
+
+
+class TeamIndex:
+    """A team index on PostgreSQL, named by its URL (``postgresql://role@host/db``)."""
+
+    def __init__(self, url: str | IndexUrl) -> None:
+        self.url = parse_index_url(url) if isinstance(url, str) else url
+        self._engines: dict[str, Engine] = {}
+
+    def __repr__(self) -> str:
+        return f"TeamIndex({self.url.redacted()!r})"
+
+    def _engine(self, purpose: str) -> Engine:
+        engine = self._engines.get(purpose)
+        if engine is None:
+            from memstore.index.pg_connect import create_engine
+
+            # Loads run COPY and index builds that may take minutes: no statement timeout.
+            engine = create_engine(self.url, statement_timeout_ms=0) if purpose == "load" else create_engine(self.url)
+            self._engines[purpose] = engine
+        return engine
+
+    def close(self) -> None:
+        """Return every pooled connection (the index can still be used afterwards)."""
+        for engine in self._engines.values():
+            engine.dispose()
+        self._engines.clear()
+
+    def __enter__(self) -> TeamIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writes
+
+    def reindex(
+        self,
+        sources: Mapping[str, str | os.PathLike[str]],
+        *,
+        full: bool = False,
+        workers: int = LOAD_WORKERS,
+        progress: Progress | None = None,
+    ) -> TeamReindexReport:
+        """Create or migrate the schema, then catch every source ``{name: workspace root}`` up.
+
+        ``full`` reloads each source from its file.  Sources load ``workers`` at a time;
+        each one's change becomes visible to searches in one transaction.
+        """
+        from memstore.index.pg.migrate import upgrade_team
+
+        checked = [(_check_name(name), Path(root)) for name, root in sources.items()]
+        started = time.perf_counter()
+        engine = self._engine("load")
+        schema = upgrade_team(engine)
+        self._register([name for name, _root in checked])
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(checked) or 1))) as pool:
+            reports = list(pool.map(lambda item: self._load(engine, *item, full=full, progress=progress), checked))
+        return TeamReindexReport(self.url.redacted(), schema, tuple(reports), round(time.perf_counter() - started, 6))
+
+    def _register(self, names: Sequence[str]) -> None:
+        """Register new sources one by one, in the order given: sids are the union's order of sources."""
+        from memstore.index.pg.conn import raw_connection
+        from memstore.index.pg.loader import register
+
+        with raw_connection(self._engine("load")) as conn:
+            for name in names:
+                register(conn, name)
+
+    def _load(
+        self, engine: Engine, name: str, root: Path, *, full: bool, progress: Progress | None
+    ) -> TeamSourceReport:
+        from memstore.failure_cards import records_from_bytes
+        from memstore.index.pg.cards import sync_cards
+        from memstore.index.pg.loader import SourceLoader
+
+        cards: list[int | None] = [None]
+
+        def with_cards(conn: PgConn, sid: int) -> None:
+            cards[0] = sync_cards(conn, sid, memory_dir(root) / FAILURES_FILE, records_from_bytes)
+
+        loader = SourceLoader(engine, name, store_dir(root) / CATALOG_FILE, progress=progress)
+        result = loader.catch_up(full=full, extra=with_cards)
+        return TeamSourceReport(
+            name, str(root), result.action, result.rows, result.added, result.indexed_bytes, result.seconds, cards[0]
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    def sources(self) -> tuple[SourceFreshness, ...]:
+        """Every source the index holds, in registration order, with how current it is."""
+        from memstore.index.pg.conn import raw_connection
+
+        with raw_connection(self._engine("read")) as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            chosen = self._chosen(conn, None)
+            conn.execute("COMMIT")
+        return tuple(source.freshness() for source in chosen)
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        sources: Iterable[str] | None = None,
+        local: Mapping[str, str | os.PathLike[str]] | None = None,
+        planner: PlannerFactory | None = None,
+    ) -> TeamSearchResult:
+        """The spec's top ``limit`` entries of the chosen ``sources`` (default: all of them).
+
+        ``local`` maps source names to workspace roots on this machine.  When the
+        database cannot answer (down, unreachable, refusing this role, no schema) and
+        every chosen source is local, the answer comes from those workspaces' own
+        index or a scan of their files, with ``fallback`` and a one-line warning set;
+        otherwise (a team-wide search) the :class:`~memstore.errors.IndexServerError`
+        is raised.
+        """
+        tokens = query_tokens(query)
+        limit = check_limit(limit)
+        names = None if sources is None else list(dict.fromkeys(_check_name(name) for name in sources))
+        try:
+            return self._search(query, tokens, limit, names, planner)
+        except IndexServerError as exc:
+            roots = {_check_name(name): Path(root) for name, root in (local or {}).items()}
+            if names is None or not names or any(name not in roots for name in names):
+                raise
+            return _local_search(query, tokens, limit, [(name, roots[name]) for name in names], exc)
+
+    def _search(
+        self, query: str, tokens: list[str], limit: int, names: list[str] | None, planner: PlannerFactory | None
+    ) -> TeamSearchResult:
+        from memstore.index.pg.conn import raw_connection
+        from memstore.index.search import Planner
+
+        with raw_connection(self._engine("read")) as conn:
+            # One snapshot for the sources' states and their rows (docs/postgres-notes.md §6).
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            chosen = self._chosen(conn, names)
+            hits: list[TeamHit] = []
+            if tokens and limit:
+                hits = self._hits(conn, tokens, limit, chosen, planner or Planner)
+            conn.execute("COMMIT")
+        return TeamSearchResult(query, tuple(hits), tuple(source.freshness() for source in chosen))
+
+    def find_matching(
+        self,
+        file_paths: Iterable[str],
+        task_description: str,
+        error_type: str | None = None,
+        limit: int = 3,
+        *,
+        sources: Iterable[str] | None = None,
+    ) -> TeamCardResult:
+        """Active failure cards of the chosen sources ranked as ``FailureCardStorage.find_matching`` ranks them."""
+        from memstore.index.pg.cards import find_matching
+        from memstore.index.pg.conn import raw_connection
+
+        paths = check_file_paths(file_paths)
+        keywords = task_keywords(task_description)
+        optional_str("error_type", error_type)
+        limit = check_limit(limit)
+        names = None if sources is None else [_check_name(name) for name in sources]
+        now = time.time()
+        with raw_connection(self._engine("read")) as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            chosen = self._chosen(conn, names)
+            sids = [source.sid for source in chosen]
+            found = find_matching(conn, sids, paths, keywords, error_type, limit, now) if limit else []
+            conn.execute("COMMIT")
+        name_of = {source.sid: source.name for source in chosen}
+        hits = tuple(TeamCardHit(name_of[sid], card) for sid, card in found)
+        return TeamCardResult(hits, tuple(source.freshness() for source in chosen))
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _chosen(self, conn: PgConn, names: Sequence[str] | None) -> list[_Source]:
+        """The chosen sources as this snapshot holds them (the first statement: it fixes the snapshot)."""
+        from memstore.index.pg.schema import TEAM_REVISION
+
+        rows = conn.execute(
+            "SELECT sid, name, part, rows, coalesce(tail_end, indexed_to, 0), caught_up_at, cards,"
+            " (SELECT min(version_num) FROM alembic_version WHERE version_num LIKE 't%%')"
+            " FROM team_source ORDER BY sid"
+        ).fetchall()
+        if rows and rows[0][7] != TEAM_REVISION:
+            raise IndexServerError(
+                f"PostgreSQL index {self.url.redacted()}: team schema {rows[0][7]!r}, this memstore reads"
+                f" {TEAM_REVISION!r} (run memstore reindex --index-url with the newest memstore)"
+            )
+        every = [_Source(int(r[0]), str(r[1]), r[2], int(r[3]), int(r[4]), r[5], int(r[6])) for r in rows]
+        if names is None:
+            return every
+        by_name = {source.name: source for source in every}
+        missing = [name for name in names if name not in by_name]
+        if missing:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise InvalidArgumentError(f"no source named {missing[0]!r} in the team index (sources: {known})")
+        wanted = set(names)
+        return [source for source in every if source.name in wanted]
+
+    def _hits(
+        self, conn: PgConn, tokens: list[str], limit: int, chosen: Sequence[_Source], planner: PlannerFactory
+    ) -> list[TeamHit]:
+        from memstore.index.pg.search import PgSearch, row_key, split_key
+        from memstore.index.search import Hit, sql_tokens
+        from memstore.index.sqltext import sql_safe
+
+        parts = {source.sid: source.part for source in chosen if source.part is not None}
+        if not parts:
+            return []
+        total = sum(source.rows for source in chosen if source.part is not None)
+        hits: list[Hit] = []
+        if all(sql_safe(token) for token in tokens) and sql_tokens(tokens):
+            hits = planner(PgSearch(conn, tokens, parts=parts), tokens, limit, total).run()
+        # Odd rows (what SQL cannot hold exactly) are scored here, from the bytes the file held.
+        known: dict[int, MemoryEntry] = {}
+        for sid, row_id, raw in conn.execute(
+            "SELECT sid, id, raw FROM team_doc WHERE part = ANY(%s) AND odd", (sorted(parts.values()),)
+        ).fetchall():
+            entry = self._decode(raw)
+            if memory_matches(entry, tokens):
+                key = row_key(int(sid), int(row_id))
+                known[key] = entry
+                hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, key))
+        if known:
+            hits.sort(key=Hit.sort_key)
+        top = hits[:limit]
+        wanted = [split_key(hit.row_id) for hit in top if hit.row_id not in known]
+        if wanted:
+            fetched = conn.execute(
+                "SELECT d.sid, d.id, d.raw FROM unnest(%s::int[], %s::bigint[]) AS u(part, id)"
+                " JOIN team_doc d ON d.part = u.part AND d.id = u.id",
+                ([parts[sid] for sid, _id in wanted], [row_id for _sid, row_id in wanted]),
+            ).fetchall()
+            known.update({row_key(int(sid), int(row_id)): self._decode(raw) for sid, row_id, raw in fetched})
+        name_of = {source.sid: source.name for source in chosen}
+        result = []
+        for hit in top:
+            found = known.get(hit.row_id)
+            # The index is input: a hit is returned only when the stored line still matches.
+            if found is None or not memory_matches(found, tokens):
+                raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: a row changed during the search")
+            result.append(TeamHit(name_of[split_key(hit.row_id)[0]], hit.score, found))
+        return result
+
+    def _decode(self, raw: Any) -> MemoryEntry:
+        entry = decode_entry(bytes(raw))
+        if entry is None:
+            raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: a stored line no longer decodes")
+        return entry
+
+
+def _local_search(
+    query: str, tokens: list[str], limit: int, chosen: Sequence[tuple[str, Path]], cause: IndexServerError
+) -> TeamSearchResult:
+    """The chosen local sources searched in place (their SQLite index or a scan), merged in the team's order."""
+    from memstore.catalog import MemoryCatalog
+    from memstore.layout import has_store
+    from memstore.workspace import open_catalog
+
+    ranked: list[tuple[int, int, int, TeamHit]] = []
+    freshness = []
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    for position, (name, root) in enumerate(chosen):
+        # As a local search opens it: its own index when it can keep one, nothing created where no store is.
+        catalog = open_catalog(root, for_reading=True) if has_store(root) else MemoryCatalog(root, readonly=True)
+        found = catalog.search(query, limit=limit) if tokens and limit else []
+        for order, entry in enumerate(found):
+            ranked.append((position, order, 0, TeamHit(name, memory_relevance_score(entry, tokens), entry)))
+        size = catalog.path.stat().st_size if catalog.path.exists() else 0
+        freshness.append(SourceFreshness(name, None, size, now))
+    # Each list is already in the spec's order; merged by score, then newest, then source and rank.
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    ranked.sort(key=lambda item: item[3].entry.created_at, reverse=True)
+    ranked.sort(key=lambda item: -item[3].score)
+    hits = tuple(item[3] for item in ranked[:limit])
+    names = ", ".join(name for name, _root in chosen)
+    warning = f"team index unavailable, answered from the local files of {names}: {cause}"
+    return TeamSearchResult(query, hits, tuple(freshness), fallback="local index", warnings=(warning,))
