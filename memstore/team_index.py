@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from memstore.index.pg.loader import PgConn
-    from memstore.index.search import PlannerFactory
+    from memstore.index.search import Hit, PlannerFactory
 
 CATALOG_FILE = "memory.jsonl"
 LOAD_WORKERS = 2
@@ -132,6 +132,10 @@ class TeamIndex:
         from memstore.index.pg.migrate import upgrade_team
 
         checked = [(_check_name(name), Path(root)) for name, root in sources.items()]
+        names = [name for name, _root in checked]
+        if len(set(names)) != len(names):
+            twice = sorted({name for name in names if names.count(name) > 1})
+            raise InvalidArgumentError(f"two sources have the same name (after trimming spaces): {', '.join(twice)}")
         started = time.perf_counter()
         engine = self._engine("load")
         schema = upgrade_team(engine)
@@ -159,6 +163,9 @@ class TeamIndex:
         cards: list[int | None] = [None]
 
         def with_cards(conn: PgConn, sid: int) -> None:
+            # A source whose files are gone keeps its rows until they are back: its cards too.
+            if not (store_dir(root) / CATALOG_FILE).exists() and not (memory_dir(root) / FAILURES_FILE).exists():
+                return
             cards[0] = sync_cards(conn, sid, memory_dir(root) / FAILURES_FILE, records_from_bytes)
 
         loader = SourceLoader(engine, name, store_dir(root) / CATALOG_FILE, progress=progress)
@@ -217,6 +224,9 @@ class TeamIndex:
         with raw_connection(self._engine("read")) as conn:
             # One snapshot for the sources' states and their rows (docs/postgres-notes.md §6).
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            # Before the snapshot: held on every partition, it keeps an indexer from detaching and
+            # dropping a partition this snapshot still names (DETACH CONCURRENTLY waits for it).
+            conn.execute("LOCK TABLE team_doc IN ACCESS SHARE MODE")
             chosen = self._chosen(conn, names)
             hits: list[TeamHit] = []
             if tokens and limit:
@@ -280,11 +290,25 @@ class TeamIndex:
         wanted = set(names)
         return [source for source in every if source.name in wanted]
 
+    def _entries(self, conn: PgConn, hits: Sequence[Hit], parts: Mapping[int, int]) -> list[tuple[int, MemoryEntry]]:
+        """The stored lines of these hits, decoded, by row key."""
+        from memstore.index.pg.search import row_key, split_key
+
+        wanted = [split_key(hit.row_id) for hit in hits]
+        if not wanted:
+            return []
+        fetched = conn.execute(
+            "SELECT d.sid, d.id, d.raw FROM unnest(%s::int[], %s::bigint[]) AS u(part, id)"
+            " JOIN team_doc d ON d.part = u.part AND d.id = u.id",
+            ([parts[sid] for sid, _id in wanted], [row_id for _sid, row_id in wanted]),
+        ).fetchall()
+        return [(row_key(int(sid), int(row_id)), self._decode(raw)) for sid, row_id, raw in fetched]
+
     def _hits(
         self, conn: PgConn, tokens: list[str], limit: int, chosen: Sequence[_Source], planner: PlannerFactory
     ) -> list[TeamHit]:
         from memstore.index.pg.search import PgSearch, row_key, split_key
-        from memstore.index.search import Hit, sql_tokens
+        from memstore.index.search import MAX_SQL_TOKENS, Hit, sql_tokens
         from memstore.index.sqltext import sql_safe
 
         parts = {source.sid: source.part for source in chosen if source.part is not None}
@@ -292,10 +316,21 @@ class TeamIndex:
             return []
         total = sum(source.rows for source in chosen if source.part is not None)
         hits: list[Hit] = []
-        if all(sql_safe(token) for token in tokens) and sql_tokens(tokens):
-            hits = planner(PgSearch(conn, tokens, parts=parts), tokens, limit, total).run()
-        # Odd rows (what SQL cannot hold exactly) are scored here, from the bytes the file held.
         known: dict[int, MemoryEntry] = {}
+        if all(sql_safe(token) for token in tokens):
+            if len(set(tokens)) > MAX_SQL_TOKENS:
+                # More tokens than one statement binds: every row holding all of them holds the
+                # first MAX_SQL_TOKENS, so those rows are found in SQL and checked here in full.
+                some = sorted(set(tokens))[:MAX_SQL_TOKENS]
+                for key, entry in self._entries(
+                    conn, planner(PgSearch(conn, some, parts=parts), some, total, total).run(), parts
+                ):
+                    if memory_matches(entry, tokens):
+                        known[key] = entry
+                        hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, key))
+            elif sql_tokens(tokens):
+                hits = planner(PgSearch(conn, tokens, parts=parts), tokens, limit, total).run()
+        # Odd rows (what SQL cannot hold exactly) are scored here, from the bytes the file held.
         for sid, row_id, raw in conn.execute(
             "SELECT sid, id, raw FROM team_doc WHERE part = ANY(%s) AND odd", (sorted(parts.values()),)
         ).fetchall():
@@ -307,14 +342,7 @@ class TeamIndex:
         if known:
             hits.sort(key=Hit.sort_key)
         top = hits[:limit]
-        wanted = [split_key(hit.row_id) for hit in top if hit.row_id not in known]
-        if wanted:
-            fetched = conn.execute(
-                "SELECT d.sid, d.id, d.raw FROM unnest(%s::int[], %s::bigint[]) AS u(part, id)"
-                " JOIN team_doc d ON d.part = u.part AND d.id = u.id",
-                ([parts[sid] for sid, _id in wanted], [row_id for _sid, row_id in wanted]),
-            ).fetchall()
-            known.update({row_key(int(sid), int(row_id)): self._decode(raw) for sid, row_id, raw in fetched})
+        known.update(self._entries(conn, [hit for hit in top if hit.row_id not in known], parts))
         name_of = {source.sid: source.name for source in chosen}
         result = []
         for hit in top:

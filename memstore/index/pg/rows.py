@@ -50,10 +50,24 @@ _NO_TERMS: tuple[set[str], set[str], list[str], list[str]] = (set(), set(), [], 
 def doc_of(row: Row) -> Doc:
     """A parsed row (offset, length, doc columns) as a team row."""
     off, length, _mid, c, t, created_at, bonus, _br, _run, mc, mt, odd = row
-    if odd or _LONG_TERM.search(c) is not None or _LONG_TERM.search(t) is not None:
+    if (
+        odd
+        or _LONG_TERM.search(c) is not None
+        or _LONG_TERM.search(t) is not None
+        or not _indexable_stamp(created_at)
+    ):
         return Doc(off, length, "", "", None, 0, True, _NO_TERMS)
     terms = (set(_findall(c)), set(_findall(t)), mc.split(), mt.split())
     return Doc(off, length, c, t, created_at, bonus, False, terms)
+
+
+MAX_STAMP_BYTES = 512
+"""A ``created_at`` longer than this stays out of the walk's B-tree (its rows ceiling is ~2.7 kB)."""
+
+
+def _indexable_stamp(created_at: str | None) -> bool:
+    """PostgreSQL text holds no NUL, and a B-tree entry is bounded: other stamps make the row odd."""
+    return created_at is not None and "\x00" not in created_at and len(created_at.encode("utf-8")) <= MAX_STAMP_BYTES
 
 
 KIND_OF_COLUMN = (CONTENT, TAGS, CONTENT_MARKS, TAG_MARKS)
