@@ -631,7 +631,7 @@ def iter_line_blocks(fd: int, *, start: int = 0, stop: int, block: int = BLOCK_B
             yield LineBlock(pos, data, cut)
             pos += cut
             continue
-        end = _line_end(fd, pos + len(data), stop)  # one line longer than the block
+        end = next_line_end(fd, pos + len(data), stop)  # one line longer than the block
         length = end - pos
         yield LineBlock(pos, os.pread(fd, length, pos) if length <= MAX_LINE_BYTES else None, length)
         pos = end
@@ -649,8 +649,9 @@ def last_line_end(fd: int, size: int) -> int:
     return 0
 
 
-def _line_end(fd: int, pos: int, stop: int) -> int:
-    """The offset just after the next newline at or after ``pos`` (``stop`` when there is none)."""
+def next_line_end(fd: int, pos: int, stop: int) -> int:
+    """The offset just after the next newline at or after ``pos``: ``stop`` when there is none, or
+    where the file ends when it is shorter (it shrank)."""
     while pos < stop:
         chunk = os.pread(fd, min(READ_CHUNK, stop - pos), pos)
         if not chunk:

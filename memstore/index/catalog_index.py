@@ -368,19 +368,15 @@ class CatalogIndex(IndexedSource):
                 ).fetchall()
                 _distinct_lines([off for off, _length, _mid in rows])
                 return [self._entry_at(fd, off, length, mid) for off, length, mid in rows]
-            found: builtins.list[tuple[int, MemoryEntry]] = [
-                (row_id, entry)
-                for row_id, _o, _l, entry in self._odd_rows(conn, fd, state)
-                if entry_filter.admits(entry)
-            ]
+            admitted = [(row_id, off, entry) for row_id, off, _l, entry in self._odd_rows(conn, fd, state)
+                        if entry_filter.admits(entry)]  # fmt: skip
+            found: builtins.list[tuple[int, MemoryEntry]] = [(row_id, entry) for row_id, _off, entry in admitted]
             sql = (
                 "SELECT d.id, pos.off, pos.len, d.mid FROM doc d JOIN pos ON pos.id = d.id"
                 f" WHERE d.odd = 0 AND {restriction.sql} ORDER BY d.id DESC LIMIT :k"
             )
             rows = conn.execute(sql, {**restriction.params, "k": limit}).fetchall()
-            admitted = {row_id for row_id, _entry in found}
-            odd_offsets = [off for row_id, off, _l, _e in self._odd_rows(conn, fd, state) if row_id in admitted]
-            _distinct_lines([off for _row_id, off, _length, _mid in rows] + odd_offsets)
+            _distinct_lines([off for _row_id, off, _length, _mid in rows] + [off for _row_id, off, _e in admitted])
             for row_id, off, length, mid in rows:
                 entry = self._entry_at(fd, off, length, mid)
                 if not entry_filter.admits(entry):

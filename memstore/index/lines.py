@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memstore.files import iter_raw_lines
+from memstore.files import iter_raw_lines, next_line_end
 from memstore.index.sqltext import encodable, sql_safe
 from memstore.index.terms import has_long_run, marks_text
 from memstore.jsonl import decode_entry, is_blank
@@ -126,25 +126,13 @@ def boundaries(fd: int, start: int, stop: int, step: int) -> list[int]:
     edges = [start]
     target = start + step
     while target < stop:
-        found = _next_line_start(fd, target, stop)
+        found = next_line_end(fd, target, stop)
         if found >= stop:
             break
         edges.append(found)
         target = found + step
     edges.append(stop)
     return edges
-
-
-def _next_line_start(fd: int, position: int, stop: int) -> int:
-    while position < stop:
-        window = os.pread(fd, min(1 << 16, stop - position), position)
-        if not window:
-            return stop
-        newline = window.find(b"\n")
-        if newline >= 0:
-            return position + newline + 1
-        position += len(window)
-    return stop
 
 
 def parsed_ranges(path: Path, fd: int, start: int, stop: int) -> Iterator[ParsedRange]:

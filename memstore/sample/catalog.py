@@ -99,9 +99,22 @@ class Provenance:
     Runs start at random and last a while; a run summary always names its run.
     """
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, clock: Clock) -> None:
         self._rng = rng
+        self._clock = clock
         self._run_id = uuid_hex(rng)
+
+    def entry(self, content: str, tags: list[str]) -> dict[str, object]:
+        """An entry of this content and these tags, with an id, a time, a branch and a run."""
+        branch, run_id = self.branch_and_run(tags)
+        return {
+            "memory_id": uuid_hex(self._rng),
+            "content": content,
+            "tags": tags,
+            "created_at": self._clock.next(),
+            "branch_name": branch,
+            "run_id": run_id,
+        }
 
     def branch_and_run(self, tags: list[str]) -> tuple[str | None, str | None]:
         rng = self._rng
@@ -129,7 +142,7 @@ class CatalogWriter:
         self.vocab = vocabulary()
         self._rng = random.Random(f"catalog:{seed}:{stream}")
         self._clock = Clock(self._rng, start_us)
-        self._provenance = Provenance(self._rng)
+        self._provenance = Provenance(self._rng, self._clock)
         self._words_per_char = 1.0 / (self.vocab.mean_word_chars + 1.0)
 
     def _content(self, words: list[str], extra_word: str | None) -> str:
@@ -186,17 +199,7 @@ class CatalogWriter:
             start += n_words
             content = self._content(words, extra_word)
             tags = self._tags()
-            branch, run_id = self._provenance.branch_and_run(tags)
-            out.append(
-                {
-                    "memory_id": uuid_hex(rng),
-                    "content": content,
-                    "tags": tags,
-                    "created_at": self._clock.next(),
-                    "branch_name": branch,
-                    "run_id": run_id,
-                }
-            )
+            out.append(self._provenance.entry(content, tags))
         return out
 
     def lines(self, count: int, *, extra_word: str | None = None) -> str:

@@ -41,7 +41,6 @@ from memstore.sample.catalog import (
     encode_line,
 )
 from memstore.sample.pytext import KINDS, TextCorpus
-from memstore.sample.vocab import uuid_hex
 
 GENERATOR_VERSION = 1
 """Bump when the bytes for the same text change, so stale cached files are never reused."""
@@ -162,7 +161,7 @@ class RealTextWriter:
         self.words = words
         self._rng = random.Random(f"realtext:{seed}:{stream}")
         self._clock = Clock(self._rng, start_us)
-        self._provenance = Provenance(self._rng)
+        self._provenance = Provenance(self._rng, self._clock)
 
     def entry(self, first: int, last: int, *, extra_word: str | None = None) -> dict[str, object]:
         rng = self._rng
@@ -179,15 +178,7 @@ class RealTextWriter:
         ]
         if bonus:
             tags = sorted({*tags, *bonus})
-        branch, run_id = self._provenance.branch_and_run(tags)
-        return {
-            "memory_id": uuid_hex(rng),
-            "content": content,
-            "tags": tags,
-            "created_at": self._clock.next(),
-            "branch_name": branch,
-            "run_id": run_id,
-        }
+        return self._provenance.entry(content, tags)
 
     def entries(self, count: int, *, extra_word: str | None = None) -> list[dict[str, object]]:
         """The next ``count`` entries over freshly drawn windows (not checked for repeats)."""
