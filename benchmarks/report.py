@@ -35,6 +35,7 @@ SUMMARY_ROWS: tuple[tuple[str, str, str, str], ...] = (
     ("index_over_jsonl", "index size ÷ JSONL size", "{:.2f}", "≤ 3"),
     ("rebuilt_index_over_jsonl", "index size ÷ JSONL size after `reindex(full=True)`", "{:.2f}", ""),
     ("catchup_1_ms", "catch-up + query after 1 appended line (ms)", "{:.2f}", "≤ 2"),
+    ("catchup_add_1_ms", "catch-up + query after 1 add by another handle (ms)", "{:.2f}", ""),
     ("catchup_100_ms", "catch-up + query after 100 lines (ms)", "{:.1f}", ""),
     ("catchup_10000_ms", "catch-up + query after 10k lines (ms)", "{:.0f}", ""),
     ("catchup_1_share_of_build", "1-line catch-up ÷ full build", "{:.3%}", "< 5% (CI gate)"),

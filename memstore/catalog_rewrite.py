@@ -120,7 +120,7 @@ def finish(
             replacement.copy(fd, head.kept)
         replacement.copy(fd, rest.kept)
         replacement.write(rest.tail)
-        written = replacement.hasher.digest() if replacement.hasher is not None else b""
+        written = replacement.hasher.pack() if replacement.hasher is not None else b""
         _still_at_path(path, st)
         after = replacement.commit()
     finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import stat
 import threading
@@ -22,8 +21,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from memstore.block_digest import PrefixDigest
 from memstore.errors import LockError, NotRegularFileError, StorageError
-from memstore.lines_seen import Hasher, LineRecorder
+from memstore.lines_seen import LineRecorder
 
 T = TypeVar("T")
 
@@ -382,8 +382,8 @@ class Replacement:
 
     def __init__(self, path: Path, *, mode: int | None = None, digest: bool = False) -> None:
         self.path = path
-        self.hasher: Hasher | None = hashlib.sha256() if digest else None
-        """With ``digest``: the SHA-256 of every byte written so far, in order."""
+        self.hasher: PrefixDigest | None = PrefixDigest() if digest else None
+        """With ``digest``: the block digest of every byte written so far, in order (the index's form)."""
         try:
             current: os.stat_result | None = os.lstat(path)
         except FileNotFoundError:
@@ -472,7 +472,9 @@ class Replacement:
 
 
 
-def _copy_ranges(source: int, target: int, ranges: Sequence[tuple[int, int]], hasher: Hasher | None = None) -> None:
+def _copy_ranges(
+    source: int, target: int, ranges: Sequence[tuple[int, int]], hasher: PrefixDigest | None = None
+) -> None:
     # Through this process, not copy_file_range: a rewrite digests every byte it writes.
     for start, end in ranges:
         offset = start

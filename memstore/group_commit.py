@@ -48,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from memstore.append_chain import AppendChain
 from memstore.errors import LockError, StorageError
 from memstore.files import (
     DEFAULT_FILE_MODE,
@@ -118,6 +119,7 @@ class GroupCommit:
                 with contextlib.suppress(OSError):
                     self._truncate(sync_fd, fd, st, size)
                 raise storage_error("append to", self.path, exc) from exc
+            self._extend_chain(sync_fd, fd, st if size == st.st_size else None)
             pending = PendingAppend(self, fd, sync_fd, st.st_dev, st.st_ino, size, size + len(data))
         except BaseException:
             if fd >= 0:
@@ -132,6 +134,17 @@ class GroupCommit:
                 except OSError as exc:
                     raise storage_error("fsync directory of", self.path, exc) from exc
         return pending
+
+    @staticmethod
+    def _extend_chain(sync_fd: int, fd: int, before: os.stat_result | None) -> None:
+        """Record that this append, and nothing else, took the file from ``before`` to now.
+
+        Only a hint for the index (see :mod:`memstore.append_chain`): if it cannot be
+        written, the chain no longer ends at the file, and the index re-reads the prefix.
+        """
+        with contextlib.suppress(OSError):
+            chain = AppendChain.after_append(AppendChain.read(sync_fd), before, os.fstat(fd))
+            chain.write(sync_fd)
 
     def cut_torn_tail(self, *, is_whole: Callable[[bytes], bool]) -> Path | None:
         """Set aside an unterminated last line ``is_whole`` rejects; the caller holds the writer lock.

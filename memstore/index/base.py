@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
+from memstore.append_chain import AppendChain
 from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
 from memstore.index.db import DatabaseFault, IndexBusyError, IndexFile, Populate, is_busy, is_corruption
@@ -252,6 +253,11 @@ class IndexedSource:
 
     # ------------------------------------------------------------------ writes
 
+    def append_chain(self) -> AppendChain | None:
+        """memstore's append chain for the source (:mod:`memstore.append_chain`); None where it keeps none."""
+        return None
+
+
     def _catch_up(self, conn: sqlite3.Connection, fd: int, *, force: bool = False) -> RefreshReport:
         started = time.perf_counter()
         with immediate(conn):
@@ -264,7 +270,10 @@ class IndexedSource:
                 current = _identity_at(self.source_path)
                 if current is not None and current != (st.st_dev, st.st_ino):
                     raise SourceMovedError(self.source_path)
-            change, prefix = (Change.REPLACED, None) if (state is None or force) else state.classify(fd, st)
+            if state is None or force:
+                change, prefix = Change.REPLACED, None
+            else:
+                change, prefix = state.classify(fd, st, chain=self.append_chain())
             if change is Change.NONE:
                 return RefreshReport(str(self.source_path), "none", state.rows if state else 0, seconds=0.0)
             rows = self._apply_change(conn, fd, st, change, state, prefix)

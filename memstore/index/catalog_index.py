@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memstore.append_chain import AppendChain, read_chain
 from memstore.entry_filter import NO_FILTER, EntryFilter
 from memstore.files import MAX_LINE_BYTES, open_for_read
+from memstore.group_commit import sync_lock_path
 from memstore.index import vocabulary
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
@@ -55,7 +57,7 @@ class RewritePlan:
     removed: frozenset[int]
     dropped: tuple[tuple[int, int], ...]
     written: bytes = b""
-    """The SHA-256 of the file the rewrite wrote: the index follows only a file proven to hold it."""
+    """The block digest of the file the rewrite wrote: the index follows only a file proven to hold it."""
 
 
 @dataclass(slots=True)
@@ -95,6 +97,9 @@ class CatalogIndex(IndexedSource):
     def __init__(self, path: Path, *, readonly: bool = False, private: bool = False) -> None:
         self._odd_cache: tuple[object, builtins.list[tuple[int, int, int, MemoryEntry]], set[int]] | None = None
         super().__init__(Path(path), IndexFile(Path(path).parent, readonly=readonly, private=private))
+
+    def append_chain(self) -> AppendChain | None:
+        return read_chain(sync_lock_path(self.source_path))
 
     def _populate(self, conn: sqlite3.Connection) -> None:
         """Bulk-load a brand-new index file (journal off; it is renamed into place after)."""
@@ -195,6 +200,7 @@ class CatalogIndex(IndexedSource):
             blank=ingest.blank,
             prefix=prefix,
             seen=seen,
+            chain=self.append_chain(),
         )
         record_state(conn, SOURCE_NAME, state)
         return ingest
@@ -500,6 +506,7 @@ class CatalogIndex(IndexedSource):
             corrupt=state.corrupt,
             blank=0,
             expected=plan.written,
+            chain=self.append_chain(),
         )
         if rewritten is None:
             return False

@@ -17,9 +17,12 @@ the indexed bytes, never by mtime alone.
   beyond that).  A same-size edit inside one tick that touches no sampled block is
   the one remaining blind spot; ``memstore reindex --check`` finds it.
 
-The ``body_hash`` column holds the sampled body digest followed by the whole-prefix
-digest (no schema change: an index recorded before carries only the first half,
-so its next append is a rebuild).
+The ``body_hash`` column holds the sampled body digest, the nonce of memstore's
+append chain the state was recorded on, and the packed block digest of the whole
+prefix (:mod:`memstore.block_digest`); no schema change: an index recorded before
+holds another form, so its next append is a rebuild.  After memstore's own appends
+(:mod:`memstore.append_chain`) the block digest is resumed rather than re-read: a
+catch-up then reads the new lines, the last partial block and the samples.
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ import hashlib
 import itertools
 import os
 import sqlite3
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from memstore.append_chain import AppendChain
+from memstore.block_digest import PrefixDigest as PrefixDigest
 from memstore.files import RACY_WINDOW_NS
 from memstore.lines_seen import LinesSeen, still_holds
 
@@ -42,7 +48,10 @@ WHOLE_BODY_BYTES = 1024 * 1024
 """Indexed prefixes up to this size are fingerprinted whole; larger ones by samples."""
 BODY_SAMPLES = 16
 DIGEST_BYTES = 16
-READ_CHUNK = 1024 * 1024
+
+
+ANCHOR = struct.Struct(">Q")
+"""The nonce of the append chain whose end this state was recorded at (0: none)."""
 
 
 def _digest(*chunks: bytes) -> bytes:
@@ -71,46 +80,6 @@ def body_fingerprint(fd: int, indexed_to: int) -> bytes:
         return fingerprint(fd, 0, indexed_to)
     span = indexed_to - FINGERPRINT_BYTES
     return _digest(*(os.pread(fd, FINGERPRINT_BYTES, span * i // (BODY_SAMPLES - 1)) for i in range(BODY_SAMPLES)))
-
-
-class PrefixDigest:
-    """A running digest of a file's first ``end`` bytes, extended as the indexed prefix grows."""
-
-    __slots__ = ("_hasher", "end")
-
-    def __init__(self) -> None:
-        self._hasher = hashlib.sha256()
-        self.end = 0
-
-    @classmethod
-    def of(cls, fd: int, end: int) -> PrefixDigest:
-        digest = cls()
-        digest.extend(fd, end)
-        return digest
-
-    def extend(self, fd: int, end: int) -> None:
-        """Hash the bytes from the current end up to ``end`` (stops early if the file is shorter)."""
-        buffer = bytearray(READ_CHUNK)
-        view = memoryview(buffer)
-        while self.end < end:
-            got = os.preadv(fd, [view[: min(READ_CHUNK, end - self.end)]], self.end)
-            if got <= 0:
-                break
-            self._hasher.update(view[:got])
-            self.end += got
-
-    def take(self, view: memoryview, at: int, *, end: int) -> None:
-        """Hash the part of a chunk read at ``at`` that continues the digest, up to byte ``end``."""
-        if at <= self.end < min(end, at + len(view)):
-            stop = min(end, at + len(view)) - at
-            self._hasher.update(view[self.end - at : stop])
-            self.end = at + stop
-
-    def digest(self) -> bytes:
-        return self._hasher.digest()[:DIGEST_BYTES]
-
-    def full_digest(self) -> bytes:
-        return self._hasher.digest()
 
 
 class Change(Enum):
@@ -177,6 +146,7 @@ class SourceState:
         prefix: PrefixDigest | None = None,
         seen: Sequence[LinesSeen] = (),
         expected: bytes | None = None,
+        chain: AppendChain | None = None,
     ) -> SourceState | None:
         """The state of the open file indexed up to ``indexed_to``; None if it no longer holds what was read.
 
@@ -184,9 +154,11 @@ class SourceState:
         verified old prefix of an append); only the bytes after it are read.  ``seen``
         is what the parse read: the pass that digests the file proves those bytes are
         still there, so the digest never vouches for bytes the rows were not made from.
-        ``expected`` is the SHA-256 the bytes before ``indexed_to`` must have (a file
-        memstore wrote).  The sampled fingerprints are taken first: bytes changed after
-        them fail the proof.
+        ``expected`` is the packed block digest the bytes before ``indexed_to`` must
+        have (a file memstore wrote).  The sampled fingerprints are taken first: bytes
+        changed after them fail the proof.  ``chain`` is memstore's append chain for the
+        file: when it ends at ``st``, its nonce is kept, so later appends on it are
+        known to be appends (:mod:`memstore.append_chain`).
         """
         head_hash = head_fingerprint(fd, indexed_to)
         edge_hash = edge_fingerprint(fd, indexed_to)
@@ -204,8 +176,9 @@ class SourceState:
                 return None
         if prefix.end < indexed_to:
             prefix.extend(fd, indexed_to)
-        if prefix.end != indexed_to or (expected is not None and prefix.full_digest() != expected):
+        if prefix.end != indexed_to or (expected is not None and prefix.pack() != expected):
             return None
+        anchor = chain.nonce if chain is not None and chain.ends_at(st) else 0
         return cls(
             name=name,
             dev=st.st_dev,
@@ -217,7 +190,7 @@ class SourceState:
             tail_end=tail_end,
             head_hash=head_hash,
             edge_hash=edge_hash,
-            body_hash=body_hash + prefix.digest(),
+            body_hash=body_hash + ANCHOR.pack(anchor) + prefix.pack(),
             recorded_ns=time.time_ns(),
             rows=rows,
             corrupt=corrupt,
@@ -232,15 +205,38 @@ class SourceState:
             and body_fingerprint(fd, self.indexed_to) == self.body_hash[:DIGEST_BYTES]
         )
 
+    @property
+    def anchor(self) -> int:
+        """The nonce of the append chain this state was recorded on; 0 for none."""
+        part = self.body_hash[DIGEST_BYTES : DIGEST_BYTES + ANCHOR.size]
+        return ANCHOR.unpack(part)[0] if len(part) == ANCHOR.size else 0
+
+    @property
+    def _packed_prefix(self) -> bytes:
+        return self.body_hash[DIGEST_BYTES + ANCHOR.size :]
+
     def verified_prefix(self, fd: int) -> PrefixDigest | None:
         """The digest of every byte before ``indexed_to`` when it equals the recorded one, else None."""
-        recorded = self.body_hash[DIGEST_BYTES:]
-        if len(recorded) != DIGEST_BYTES or not self.samples_intact(fd):
+        if not self.samples_intact(fd):
             return None
         prefix = PrefixDigest.of(fd, self.indexed_to)
-        if prefix.end != self.indexed_to or prefix.digest() != recorded:
+        if prefix.end != self.indexed_to or prefix.pack() != self._packed_prefix:
             return None
         return prefix
+
+    def appended_since(self, chain: AppendChain | None, st: os.stat_result) -> bool:
+        """memstore's append chain says only its appends came between this state and ``st``."""
+        if chain is None or not chain.ends_at(st) or (self.dev, self.ino) != (st.st_dev, st.st_ino):
+            return False
+        return (self.anchor != 0 and chain.nonce == self.anchor) or chain.starts_at(
+            self.dev, self.ino, self.size, self.ctime_ns
+        )
+
+    def resumed_prefix(self, fd: int) -> PrefixDigest | None:
+        """The recorded digest, resumed at ``indexed_to`` (re-reading its partial block), if the samples hold."""
+        if not self.samples_intact(fd):
+            return None
+        return PrefixDigest.resume(self._packed_prefix, fd, self.indexed_to)
 
     def is_current(self, fd: int, st: os.stat_result) -> bool:
         """The open file is exactly what was indexed, as far as a read can afford to check."""
@@ -251,16 +247,23 @@ class SourceState:
         racy = max(st.st_mtime_ns, st.st_ctime_ns) >= self.recorded_ns - RACY_WINDOW_NS
         return not racy or self.samples_intact(fd)
 
-    def classify(self, fd: int, st: os.stat_result) -> tuple[Change, PrefixDigest | None]:
+    def classify(
+        self, fd: int, st: os.stat_result, *, chain: AppendChain | None = None
+    ) -> tuple[Change, PrefixDigest | None]:
         """How the open file differs from what was indexed.
 
         GROWN comes with the verified digest of the old prefix, for the catch-up to extend.
+        After memstore's own appends (``chain``) that digest is resumed, not re-read.
         """
         if self.is_current(fd, st):
             return Change.NONE, None
         if (self.dev, self.ino) != (st.st_dev, st.st_ino) or st.st_size < self.indexed_to:
             # Replaced, or cut back into what was indexed.
             return Change.REPLACED, None
+        if self.appended_since(chain, st):
+            prefix = self.resumed_prefix(fd)
+            if prefix is not None:
+                return Change.GROWN, prefix
         # Grown, touched, or changed only after the indexed bytes (a torn tail cut and a new
         # line appended): when every indexed byte is proven intact, only the rest is read.
         prefix = self.verified_prefix(fd)
