@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,6 +41,30 @@ SOURCE_SQL = (
 )
 
 
+_ENGINES: dict[tuple[int, str, str], Any] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def shared_engine(url: IndexUrl, purpose: str) -> Any:
+    """One engine per URL and purpose in this process: every store handle shares its small pool.
+
+    A long-lived process (the MCP server, ``memstore watch``) opens many handles; a pool each
+    would hold idle connections the server counts against ``max_connections``.  Keyed by
+    process id too: a pool inherited across ``fork()`` is never used.
+    """
+    key = (os.getpid(), url.sqlalchemy_url, purpose)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            from memstore.index.pg_connect import create_engine
+
+            # A catch-up may load a whole file: no statement timeout for it (as TeamIndex.reindex).
+            timeout = {"statement_timeout_ms": 0} if purpose == "load" else {}
+            engine = create_engine(url, pool_size=2, max_overflow=4, **timeout)
+            _ENGINES[key] = engine
+        return engine
+
+
 class SharedSource:
     """The connection side of one named source: engines, catch-ups and proven snapshots."""
 
@@ -47,7 +72,6 @@ class SharedSource:
         self.url = url
         self.name = name
         self.path = Path(path)
-        self._engines: dict[str, Any] = {}
         self._schema_checked = False
         self._tried = False
 
@@ -55,21 +79,7 @@ class SharedSource:
         return f"{type(self).__name__}({self.url.redacted()!r}, {self.name!r})"
 
     def _engine(self, purpose: str) -> Any:
-        engine = self._engines.get(purpose)
-        if engine is None:
-            from memstore.index.pg_connect import create_engine
-
-            # A catch-up may load a whole file: no statement timeout for it (as TeamIndex.reindex).
-            timeout = {"statement_timeout_ms": 0} if purpose == "load" else {}
-            engine = create_engine(self.url, pool_size=1, max_overflow=2, **timeout)
-            self._engines[purpose] = engine
-        return engine
-
-    def close(self) -> None:
-        """Return the pooled connections (the store can still be used afterwards)."""
-        for engine in self._engines.values():
-            engine.dispose()
-        self._engines.clear()
+        return shared_engine(self.url, purpose)
 
     def _ensure_schema(self) -> Any:
         """The load engine, the schema created or migrated first (once per handle)."""

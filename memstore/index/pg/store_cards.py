@@ -24,9 +24,6 @@ class PgCardIndex:
     def __init__(self, url: IndexUrl, name: str, path: Path) -> None:
         self.shared = SharedSource(url, name, path)
 
-    def close(self) -> None:
-        self.shared.close()
-
     def list_active(self, now: float) -> list[FailureCard]:
         def answer(conn: PgConn, sid: int) -> list[FailureCard]:
             rows = conn.execute(

@@ -36,9 +36,6 @@ class PgCatalogIndex:
     def __init__(self, url: IndexUrl, name: str, path: Path) -> None:
         self.shared = SharedSource(url, name, path)
 
-    def close(self) -> None:
-        self.shared.close()
-
     def search(
         self,
         tokens: Sequence[str],
