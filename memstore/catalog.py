@@ -338,6 +338,8 @@ class MemoryCatalog:
             found = self._shared.ask(query)
             if found is not None:
                 return found
+            if self.readonly and not self.index_path.exists():
+                return None  # a readonly catalog creates no local index: the scan answers, one warning said so
         return self._index.ask(query)
 
     def list(
