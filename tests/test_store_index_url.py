@@ -99,6 +99,27 @@ def test_an_add_on_the_handle_is_seen_by_the_next_read(tmp_path: Path, pg_writer
 
 
 @pytest.mark.pg
+def test_a_forged_row_is_reloaded_never_returned(
+    tmp_path: Path, pg_writer_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = source()
+    catalog = MemoryCatalog(tmp_path, index_url=pg_writer_url, source_name=name)
+    scan = MemoryCatalog(tmp_path, use_index=False)
+    for n in range(3):
+        catalog.add(f"alpha {n}")
+    assert catalog.search("alpha") == scan.search("alpha")
+    with pg_server.connect(pg_writer_url) as conn:  # every row of the source now names the first line
+        sid = conn.execute("SELECT sid FROM team_source WHERE name = %s", (name,)).fetchone()[0]
+        first = conn.execute("SELECT off, len FROM team_doc WHERE sid = %s ORDER BY id LIMIT 1", (sid,)).fetchone()
+        conn.execute("UPDATE team_doc SET off = %s, len = %s WHERE sid = %s", (*first, sid))
+    with caplog.at_level(logging.WARNING), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(catalog._index, "ask", lambda query: pytest.fail("answered from the local index"))
+        assert catalog.search("alpha") == scan.search("alpha")  # the source was reloaded from its file
+        assert catalog.list() == scan.list()
+    assert shared_warnings(caplog) == []
+
+
+@pytest.mark.pg
 def test_reader_role_answers_when_proven_current_and_falls_back_exactly_otherwise(
     tmp_path: Path, pg_writer_url: str, pg_reader_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -111,22 +111,24 @@ class SharedSource:
         then cannot prove the source current by itself (a reader role, say).
         """
         failure: IndexUnavailableError | None = None
-        full = False
+        stale: StaleRowError | None = None
         with self._guarded():
             if not self._tried:
                 self._tried = True
                 failure = self._try(catch_up, full=False)
             for _attempt in range(ATTEMPTS):
+                stale = None
                 try:
                     found = attempt()
-                except StaleRowError:
-                    found, full, failure = _STALE, True, None  # a row the file does not hold: reload it
+                except StaleRowError as exc:
+                    found, stale = _STALE, exc  # a row the file does not hold: reload the source
                 if found is not _STALE:
                     return found
                 if failure is not None:
                     raise failure
-                failure = self._try(catch_up, full=full)
-                full = False
+                failure = self._try(catch_up, full=stale is not None)
+            if stale is not None:
+                raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: {self.name}: {stale} (after a reload)")
             raise IndexBusyError(f"{self.path} kept changing while the shared index caught up with it")
 
     def _try(self, catch_up: Callable[[bool], None], *, full: bool) -> IndexUnavailableError | None:
