@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memstore import catalog_rewrite
 from memstore.checks import check_limit, check_readonly, require_mapping, require_str
@@ -56,7 +56,12 @@ from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_
 from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_iso
 from memstore.reports import HealthReport, MaintenancePreview
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
+from memstore.shared_index import CatalogReads, catalog_policy, check_index_url, check_name
 
+if TYPE_CHECKING:
+    from memstore.index.pg.store_reads import PgCatalogIndex
+
+T = TypeVar("T")
 REWRITE_ATTEMPTS = 3
 """Tries of a rewrite when another tool keeps replacing the file under it."""
 
@@ -80,11 +85,28 @@ class MemoryCatalog:
     ``root`` is the workspace; the files live in ``<root>/.teaagent``.  Use
     :meth:`in_directory` for a catalog whose files sit directly in a directory
     (the personal tier).  ``use_index=False`` forces the scan path.
+
+    ``index_url`` (``postgresql://…``) makes a shared PostgreSQL index this catalog's
+    index, under ``source_name`` (default: ``<repository>/memory.jsonl``, as the CLI
+    names it); reads still answer exactly what a scan of the file returns, from the
+    local files whenever the shared index cannot (:mod:`memstore.shared_index`).
     """
 
-    def __init__(self, root: str | os.PathLike[str] = ".", *, readonly: bool = False, use_index: bool = True):
+    _shared: IndexPolicy[PgCatalogIndex] | None
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] = ".",
+        *,
+        readonly: bool = False,
+        use_index: bool = True,
+        index_url: str | None = None,
+        source_name: str | None = None,
+    ):
         self._setup(store_dir(root), readonly=readonly, private=False, use_index=use_index)
         self.root = Path(root)
+        url = check_index_url(index_url, use_index=use_index)
+        self._shared = catalog_policy(url, check_name(source_name), root=self.root, path=self.path)
 
     @classmethod
     def in_directory(
@@ -106,6 +128,7 @@ class MemoryCatalog:
 
     def _setup(self, directory: Path, *, readonly: bool, private: bool, use_index: bool) -> None:
         check_readonly(readonly)
+        self._shared = None
         self.directory = directory
         self.path = directory / CATALOG_FILE
         self.quarantine_path = directory / QUARANTINE_FILE
@@ -292,6 +315,8 @@ class MemoryCatalog:
 
     def _index_for_rewrite(self) -> CatalogIndex | None:
         """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""
+        if self._shared is not None:
+            return None  # the shared index follows on the next read; the local one is only a fallback
         index = self._index.index()
         if index is None or not self.path.exists():
             return None
@@ -306,6 +331,16 @@ class MemoryCatalog:
 
     def _scanned(self) -> ScanResult:
         return self._scan.read()
+
+    def _ask(self, query: Callable[[CatalogReads], T]) -> T | None:
+        """``query`` on the shared index, else on the local one; None: scan (both give the scan's answer)."""
+        if self._shared is not None:
+            found = self._shared.ask(query)
+            if found is not None:
+                return found
+            if self.readonly and not self.index_path.exists():
+                return None  # a readonly catalog creates no local index: the scan answers, one warning said so
+        return self._index.ask(query)
 
     def list(
         self,
@@ -324,7 +359,7 @@ class MemoryCatalog:
         limit = check_limit(limit)
         if limit == 0:
             return []
-        indexed = self._index.ask(lambda index: index.list(limit, entry_filter))
+        indexed = self._ask(lambda index: index.list(limit, entry_filter))
         if indexed is not None:
             return indexed
         return scan_list(self._scanned(), limit, entry_filter)
@@ -347,7 +382,7 @@ class MemoryCatalog:
         limit = check_limit(limit)
         if not tokens or limit == 0:
             return []
-        indexed = self._index.ask(lambda index: index.search(tokens, limit, entry_filter))
+        indexed = self._ask(lambda index: index.search(tokens, limit, entry_filter))
         if indexed is not None:
             return indexed
         return scan_search(self._scanned(), tokens, limit, entry_filter)
@@ -393,7 +428,9 @@ class MemoryCatalog:
         else:
             path, reason = "index", ""
             outcome = {"reason": f"the index failed recently: {self._index.error}"}
-            indexed = self._index.ask(lambda index: _traced_search(index, tokens, limit, trace, outcome))
+            indexed = self._explain_shared(tokens, limit, trace, outcome)
+            if indexed is None:
+                indexed = self._index.ask(lambda index: _traced_search(index, tokens, limit, trace, outcome))
             if indexed is not None:
                 found, state = indexed, outcome.get("state")
             else:
@@ -411,6 +448,19 @@ class MemoryCatalog:
             memory_ids=tuple(entry.memory_id for entry in found),
             seconds=round(time.perf_counter() - started, 6),
         )
+
+    def _explain_shared(
+        self, tokens: builtins.list[str], limit: int, trace: SearchTrace, outcome: dict[str, str]
+    ) -> builtins.list[MemoryEntry] | None:
+        """The shared index's traced answer (proven current, so 'fresh'); None to go on locally."""
+        if self._shared is None:
+            return None
+        shared = SearchTrace()
+        found = self._shared.ask(lambda index: index.search(tokens, limit, planner=shared.planner))
+        if found is not None:
+            trace.steps.extend(shared.steps)
+            outcome["state"] = "fresh"
+        return found
 
     def _traced_scan(self, tokens: builtins.list[str], limit: int, trace: SearchTrace) -> builtins.list[MemoryEntry]:
         began = time.perf_counter()
@@ -432,7 +482,7 @@ class MemoryCatalog:
         wanted = memory_id.strip()
         found: MemoryEntry | None = None
         if wanted:
-            indexed = self._index.ask(lambda index: index.show(wanted))
+            indexed = self._ask(lambda index: index.show(wanted))
             if indexed is not None:
                 found = indexed[0] if indexed else None
             else:

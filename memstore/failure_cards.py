@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from memstore.auto_invalidation import act_on_cards, settings_from
 from memstore.card_match import card_match_score, check_file_paths, rank_cards, task_keywords
@@ -26,11 +26,27 @@ from memstore.index.report import IndexOff, IndexState, RefreshReport
 from memstore.index_policy import IndexPolicy
 from memstore.json_array import JsonArrayFile, parse_array
 from memstore.layout import CONFIG_FILE, FAILURES_FILE, FAILURES_LOCK, ensure_memory_dir, store_dir
+from memstore.shared_index import cards_policy, check_index_url, check_name
+
+if TYPE_CHECKING:
+    from memstore.index.pg.store_cards import PgCardIndex
 
 logger = logging.getLogger(__name__)
 
 Record = dict[str, Any]
 T = TypeVar("T")
+
+
+class CardReads(Protocol):
+    """The reads a card store asks of an index, whichever backend holds it."""
+
+    def list_active(self, now: float) -> list[FailureCard]: ...
+
+    def get_by_id(self, card_id: str) -> list[FailureCard]: ...
+
+    def find_matching(
+        self, paths: tuple[str, ...], keywords: frozenset[str], error_type: str | None, limit: int, now: float
+    ) -> list[FailureCard]: ...
 
 
 class FailureCardStorage:
@@ -40,8 +56,17 @@ class FailureCardStorage:
     concurrent processes never lose each other's cards.
     """
 
-    def __init__(self, root: Path | str, *, use_index: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        use_index: bool = True,
+        index_url: str | None = None,
+        source_name: str | None = None,
+    ) -> None:
         self.root = require_path("root", root)
+        url = check_index_url(index_url, use_index=use_index)
+        name = check_name(source_name)
         directory = ensure_memory_dir(self.root)
         self.path = directory / FAILURES_FILE
         self.lock_path = directory / FAILURES_LOCK
@@ -53,6 +78,7 @@ class FailureCardStorage:
             else None,
             source=self.path,
         )
+        self._shared: IndexPolicy[PgCardIndex] | None = cards_policy(url, name, root=self.root, path=self.path)
 
     def reindex(self, *, full: bool = False) -> RefreshReport:
         """Bring the card index up to date (``full`` rebuilds it); returns what was done."""
@@ -73,8 +99,12 @@ class FailureCardStorage:
         except IndexUnavailableError as exc:
             return IndexOff("unavailable", str(exc), source=str(self.path))
 
-    def _indexed(self, query: Callable[[CardIndex], T]) -> T | None:
-        """Answer from the derived index; None (scan instead) when it cannot be used."""
+    def _indexed(self, query: Callable[[CardReads], T]) -> T | None:
+        """Answer from the shared index, else the local one; None (scan instead) when neither can be used."""
+        if self._shared is not None:
+            found = self._shared.ask(query)
+            if found is not None:
+                return found
         try:
             return self._index.ask(query)
         except StorageError as exc:
@@ -102,6 +132,8 @@ class FailureCardStorage:
         Elements that are not objects are written back unchanged but never indexed.
         """
         stat = self._file.write(records)
+        if self._shared is not None:
+            return  # the shared index follows on the next read; the local one is only a fallback
         index = self._index.index()
         if index is not None:
             try:

@@ -41,7 +41,8 @@ class IndexPolicy(Generic[IndexT]):
     """One store's use of its index: opened on first use, skipped while backing off after a failure.
 
     ``open_index`` makes the index (it is called once, lazily); None means the store
-    was opened without an index.  ``source`` names the canonical file in log lines.
+    was opened without an index.  ``source`` names the canonical file in log lines,
+    ``fallback`` what answers instead (the shared index falls back to the local files).
     """
 
     def __init__(
@@ -50,9 +51,11 @@ class IndexPolicy(Generic[IndexT]):
         *,
         source: Path,
         retry_seconds: float = RETRY_SECONDS,
+        fallback: str = "a scan",
     ) -> None:
         self._open_index = open_index
         self._source = source
+        self._fallback = fallback
         self._retry_seconds = retry_seconds
         self._index: IndexT | None = None
         self._error: str | None = None
@@ -83,18 +86,19 @@ class IndexPolicy(Generic[IndexT]):
     def failed(self, exc: IndexUnavailableError) -> None:
         """Record a failure of the index: busy ends this call only, anything else starts the back-off."""
         if isinstance(exc, IndexBusyError):
-            log.info("memstore index busy for %s, answering this call from a scan: %s", self._source, exc)
+            log.info("memstore index busy for %s, answering this call from %s: %s", self._source, self._fallback, exc)
             return
-        log.warning("memstore index unavailable for %s, answering from a scan: %s", self._source, exc)
+        log.warning("memstore index unavailable for %s, answering from %s: %s", self._source, self._fallback, exc)
         self._error = str(exc)
         self._failed_at = clock()
 
     def ask(self, query: Callable[[IndexT], T]) -> T | None:
         """``query(index)``, or None when the index is not to be asked or fails (the caller scans)."""
-        index = self.index()
-        if index is None:
-            return None
         try:
+            # Inside: an index that cannot even be opened (a missing driver) is a failure too.
+            index = self.index()
+            if index is None:
+                return None
             return query(index)
         except IndexUnavailableError as exc:
             self.failed(exc)

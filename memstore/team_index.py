@@ -71,7 +71,8 @@ class _Source:
         return SourceFreshness(self.name, self.rows, self.indexed, stamp, self.cards)
 
 
-def _check_name(name: object) -> str:
+def check_source_name(name: object) -> str:
+    """A source name as stored: trimmed, printable, non-empty text."""
     text = require_str("source name", name).strip()
     if not text or "\x00" in text or not text.isprintable():
         raise InvalidArgumentError(f"source name must be printable, non-empty text: {name!r}")
@@ -131,7 +132,7 @@ class TeamIndex:
         """
         from memstore.index.pg.migrate import upgrade_team
 
-        checked = [(_check_name(name), Path(root)) for name, root in sources.items()]
+        checked = [(check_source_name(name), Path(root)) for name, root in sources.items()]
         names = [name for name, _root in checked]
         if len(set(names)) != len(names):
             twice = sorted({name for name in names if names.count(name) > 1})
@@ -206,11 +207,11 @@ class TeamIndex:
         """
         tokens = query_tokens(query)
         limit = check_limit(limit)
-        names = None if sources is None else list(dict.fromkeys(_check_name(name) for name in sources))
+        names = None if sources is None else list(dict.fromkeys(check_source_name(name) for name in sources))
         try:
             return self._search(query, tokens, limit, names, planner)
         except IndexServerError as exc:
-            roots = {_check_name(name): Path(root) for name, root in (local or {}).items()}
+            roots = {check_source_name(name): Path(root) for name, root in (local or {}).items()}
             if names is None or not names or any(name not in roots for name in names):
                 raise
             return _local_search(query, tokens, limit, [(name, roots[name]) for name in names], exc)
@@ -251,7 +252,7 @@ class TeamIndex:
         keywords = task_keywords(task_description)
         optional_str("error_type", error_type)
         limit = check_limit(limit)
-        names = None if sources is None else [_check_name(name) for name in sources]
+        names = None if sources is None else [check_source_name(name) for name in sources]
         now = time.time()
         with raw_connection(self._engine("read")) as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")

@@ -89,6 +89,29 @@ def _distinct_lines(offsets: Sequence[int]) -> None:
         raise StaleRowError("two indexed rows name one line")
 
 
+def entry_at(fd: int, off: object, length: object, mid: object = _ANY_ID) -> MemoryEntry:
+    """The entry of a row, read from the file: the index is input, so the row must name a
+    whole line (a newline or the file's start before it, a newline or its end after) whose
+    entry is that row's (``mid``, when the row has one).  Shared by both backends."""
+    if not (
+        type(off) is int and type(length) is int and off >= 0 and 0 <= length <= MAX_LINE_BYTES
+    ):  # fmt: skip
+        raise StaleRowError(f"a row names no line ({off!r}, {length!r})")
+    before = 1 if off > 0 else 0
+    data = os.pread(fd, length + before + 1, off - before)
+    line = data[before : before + length]
+    if (
+        len(line) != length
+        or (before and data[:1] != b"\n")
+        or data[before + length : before + length + 1] not in (b"\n", b"")
+    ):
+        raise StaleRowError(f"no line of {length} bytes at {off}")
+    entry = decode_entry(line)
+    if entry is None or (mid is not _ANY_ID and mid is not None and entry.memory_id != mid):
+        raise StaleRowError(f"the line at {off} is not the row's entry")
+    return entry
+
+
 class CatalogIndex(IndexedSource):
     """The derived index of one memory.jsonl (project or personal tier)."""
 
@@ -265,26 +288,7 @@ class CatalogIndex(IndexedSource):
     # ------------------------------------------------------------------ answers
 
     def _entry_at(self, fd: int, off: object, length: object, mid: object = _ANY_ID) -> MemoryEntry:
-        """The entry of a row, read from the file: the index is input, so the row must name a
-        whole line (a newline or the file's start before it, a newline or its end after) whose
-        entry is that row's (``mid``, when the row has one)."""
-        if not (
-            type(off) is int and type(length) is int and off >= 0 and 0 <= length <= MAX_LINE_BYTES
-        ):  # fmt: skip
-            raise StaleRowError(f"a row names no line ({off!r}, {length!r})")
-        before = 1 if off > 0 else 0
-        data = os.pread(fd, length + before + 1, off - before)
-        line = data[before : before + length]
-        if (
-            len(line) != length
-            or (before and data[:1] != b"\n")
-            or data[before + length : before + length + 1] not in (b"\n", b"")
-        ):
-            raise StaleRowError(f"no line of {length} bytes at {off}")
-        entry = decode_entry(line)
-        if entry is None or (mid is not _ANY_ID and mid is not None and entry.memory_id != mid):
-            raise StaleRowError(f"the line at {off} is not the row's entry")
-        return entry
+        return entry_at(fd, off, length, mid)
 
     @staticmethod
     def _place(places: dict[int, tuple[int, int, str | None]], row_id: int) -> tuple[int, int, str | None]:

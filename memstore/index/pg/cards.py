@@ -34,13 +34,23 @@ PgConn = psycopg.Connection[Any]
 LoadRecords = Callable[[bytes], list[dict[str, Any]]]
 
 
+def card_bytes(path: Path) -> bytes:
+    """The bytes of failures.json as the cards are made from them: ``b""`` when missing or unreadable."""
+    try:
+        return read_regular_file(path, max_bytes=MAX_JSON_FILE_BYTES) if path.exists() else b""
+    except (OSError, ValueError):
+        return b""
+
+
+def cards_digest(data: bytes) -> bytes:
+    """What ``team_source.cards_hash`` records for these bytes."""
+    return hashlib.sha256(data).digest()
+
+
 def sync_cards(conn: PgConn, sid: int, path: Path, load_records: LoadRecords) -> int | None:
     """Bring the source's cards level with ``path``; the card count when they changed, else None."""
-    try:
-        data = read_regular_file(path, max_bytes=MAX_JSON_FILE_BYTES) if path.exists() else b""
-    except (OSError, ValueError):
-        data = b""
-    digest = hashlib.sha256(data).digest()
+    data = card_bytes(path)
+    digest = cards_digest(data)
     held = conn.execute("SELECT cards_hash FROM team_source WHERE sid = %s", (sid,)).fetchone()
     if held is not None and held[0] is not None and bytes(held[0]) == digest:
         return None
@@ -78,7 +88,7 @@ def sync_cards(conn: PgConn, sid: int, path: Path, load_records: LoadRecords) ->
     return len(rows)
 
 
-def _card(data: str) -> FailureCard:
+def stored_card(data: str) -> FailureCard:
     card = FailureCard.from_dict(json.loads(data))
     if card is None:  # pragma: no cover - rows are only written for valid cards
         raise ValueError("an indexed card no longer decodes")
@@ -115,14 +125,14 @@ def find_matching(
         ") x WHERE score > 0 ORDER BY score DESC, timestamp DESC, sid, ord LIMIT %(k)s"
     )
     ranked = [
-        (-int(score), -float(timestamp), int(sid), int(order), _card(str(data)))
+        (-int(score), -float(timestamp), int(sid), int(order), stored_card(str(data)))
         for sid, order, timestamp, data, score in conn.execute(sql, params).fetchall()
     ]
     odd = conn.execute(
         "SELECT sid, ord, data FROM team_card WHERE sid = ANY(%(sids)s) AND odd", {"sids": list(sids)}
     ).fetchall()
     for sid, order, data in odd:
-        card = _card(str(data))
+        card = stored_card(str(data))
         if card.is_active(now=now):
             score = card_match_score(card, file_paths=paths, keywords=keywords, error_type=error_type)
             if score > 0:
