@@ -13,12 +13,16 @@ They keep one *chain* per file in the sync lock file (beside the sync record):
 ctime cannot be set by other programs: every write, truncation or attribute change
 moves it.  So when the file now is the chain's end, and the state the index recorded
 is the chain's start or was its end when recorded (the index keeps the nonce), every
-change between them was one of memstore's appends.  The blind spot is the one an
-unchanged file already has: another tool's same-size edit inside one timestamp tick
-of an append, which is why a chain is accepted only with the sampled fingerprints
-intact (see :mod:`memstore.index.source`).  The record is a hint, like every lock
-file: it carries a CRC, a record that does not check out reads as none, and with
-none the index re-reads the prefix as before.
+change between them was one of memstore's appends.  The writer stats the file right
+before and right after its write, and a file longer than its append made it restarts
+the chain.  What remains unseen: another tool's same-size edit made during the write
+itself, or within one timestamp tick of it, and a chain forged by a local program
+(which could as well forge the index).  So a chain is accepted only with the sampled
+fingerprints intact, and every ``FULL_PROOF_EVERY`` chained catch-ups the whole prefix
+is proven again (see :mod:`memstore.index.source`); ``memstore reindex --check`` finds
+such an edit at once.  The record is a hint, like every lock file: it carries a CRC,
+a record that does not check out reads as none, and with none the index re-reads the
+prefix as before.
 """
 
 from __future__ import annotations

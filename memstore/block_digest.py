@@ -30,12 +30,14 @@ def _blocks_for(length: int) -> int:
 class PrefixDigest:
     """The block digests of a file's first ``end`` bytes, fed in order."""
 
-    __slots__ = ("_blocks", "_hasher", "end")
+    __slots__ = ("_blocks", "_hasher", "end", "resumes")
 
     def __init__(self) -> None:
         self._blocks: list[bytes] = []
         self._hasher: Any = hashlib.sha256()
         self.end = 0
+        self.resumes = 0
+        """How many catch-ups in a row resumed this digest instead of reading the bytes it covers."""
 
     @classmethod
     def of(cls, fd: int, end: int) -> PrefixDigest:

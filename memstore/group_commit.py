@@ -114,12 +114,17 @@ class GroupCommit:
                 data = b"\n" + data
             self._check_record(sync_fd, fd, st, size)
             try:
+                # Stat again just before the write: the chain's "before" must be the file as the
+                # write found it, so only the write itself is the window another tool could hide in.
+                before: os.stat_result | None = os.fstat(fd)
                 write_all(fd, data)
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     self._truncate(sync_fd, fd, st, size)
                 raise storage_error("append to", self.path, exc) from exc
-            self._extend_chain(sync_fd, fd, st if size == st.st_size else None)
+            if size != st.st_size or not _same_file_state(before, st):
+                before = None  # cut by memstore, or changed by another tool since it was opened
+            self._extend_chain(sync_fd, fd, before, end=size + len(data))
             pending = PendingAppend(self, fd, sync_fd, st.st_dev, st.st_ino, size, size + len(data))
         except BaseException:
             if fd >= 0:
@@ -136,14 +141,19 @@ class GroupCommit:
         return pending
 
     @staticmethod
-    def _extend_chain(sync_fd: int, fd: int, before: os.stat_result | None) -> None:
+    def _extend_chain(sync_fd: int, fd: int, before: os.stat_result | None, *, end: int) -> None:
         """Record that this append, and nothing else, took the file from ``before`` to now.
 
-        Only a hint for the index (see :mod:`memstore.append_chain`): if it cannot be
-        written, the chain no longer ends at the file, and the index re-reads the prefix.
+        A file that is not ``end`` bytes long now was changed by someone else too: the
+        chain restarts at the file as it is.  Only a hint for the index (see
+        :mod:`memstore.append_chain`): if it cannot be written, the chain no longer ends at
+        the file, and the index re-reads the prefix.
         """
         with contextlib.suppress(OSError):
-            chain = AppendChain.after_append(AppendChain.read(sync_fd), before, os.fstat(fd))
+            after = os.fstat(fd)
+            if after.st_size != end:
+                before = None
+            chain = AppendChain.after_append(AppendChain.read(sync_fd), before, after)
             chain.write(sync_fd)
 
     def cut_torn_tail(self, *, is_whole: Callable[[bytes], bool]) -> Path | None:
@@ -297,6 +307,13 @@ class GroupCommit:
             return open_own_file(self.sync_path, mode=self._mode)
         except OSError as exc:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.sync_path}: {exc.strerror}") from exc
+
+
+def _same_file_state(a: os.stat_result | None, b: os.stat_result) -> bool:
+    def key(st: os.stat_result) -> tuple[int, int, int, int]:
+        return st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns
+
+    return a is not None and key(a) == key(b)
 
 
 def _lost(path: Path) -> StorageError:

@@ -50,8 +50,12 @@ BODY_SAMPLES = 16
 DIGEST_BYTES = 16
 
 
-ANCHOR = struct.Struct(">Q")
-"""The nonce of the append chain whose end this state was recorded at (0: none)."""
+ANCHOR = struct.Struct(">QI")
+"""The nonce of the append chain whose end this state was recorded at (0: none), and how many
+catch-ups in a row resumed the prefix digest on a chain rather than reading it."""
+FULL_PROOF_EVERY = 64
+"""Every so many chained catch-ups, the whole prefix is proven again: an edit another tool made
+during one of memstore's appends (inside the write itself), or a forged chain, is found then."""
 
 
 def _digest(*chunks: bytes) -> bytes:
@@ -178,7 +182,7 @@ class SourceState:
             prefix.extend(fd, indexed_to)
         if prefix.end != indexed_to or (expected is not None and prefix.pack() != expected):
             return None
-        anchor = chain.nonce if chain is not None and chain.ends_at(st) else 0
+        nonce = chain.nonce if chain is not None and chain.ends_at(st) else 0
         return cls(
             name=name,
             dev=st.st_dev,
@@ -190,7 +194,7 @@ class SourceState:
             tail_end=tail_end,
             head_hash=head_hash,
             edge_hash=edge_hash,
-            body_hash=body_hash + ANCHOR.pack(anchor) + prefix.pack(),
+            body_hash=body_hash + ANCHOR.pack(nonce, prefix.resumes) + prefix.pack(),
             recorded_ns=time.time_ns(),
             rows=rows,
             corrupt=corrupt,
@@ -205,14 +209,27 @@ class SourceState:
             and body_fingerprint(fd, self.indexed_to) == self.body_hash[:DIGEST_BYTES]
         )
 
+    def _anchor(self) -> tuple[int, int]:
+        """(chain nonce, chained catch-ups since the prefix was last read); (0, 0) when unreadable."""
+        part = self.body_hash[DIGEST_BYTES : DIGEST_BYTES + ANCHOR.size] if isinstance(self.body_hash, bytes) else b""
+        if len(part) != ANCHOR.size:
+            return 0, 0
+        nonce, resumes = ANCHOR.unpack(part)
+        return int(nonce), int(resumes)
+
     @property
     def anchor(self) -> int:
         """The nonce of the append chain this state was recorded on; 0 for none."""
-        part = self.body_hash[DIGEST_BYTES : DIGEST_BYTES + ANCHOR.size]
-        return ANCHOR.unpack(part)[0] if len(part) == ANCHOR.size else 0
+        return self._anchor()[0]
+
+    @property
+    def resumes(self) -> int:
+        return self._anchor()[1]
 
     @property
     def _packed_prefix(self) -> bytes:
+        if not isinstance(self.body_hash, bytes):
+            return b""  # a damaged row: no digest, so the next change is a rebuild
         return self.body_hash[DIGEST_BYTES + ANCHOR.size :]
 
     def verified_prefix(self, fd: int) -> PrefixDigest | None:
@@ -233,10 +250,16 @@ class SourceState:
         )
 
     def resumed_prefix(self, fd: int) -> PrefixDigest | None:
-        """The recorded digest, resumed at ``indexed_to`` (re-reading its partial block), if the samples hold."""
-        if not self.samples_intact(fd):
+        """The recorded digest, resumed at ``indexed_to`` (re-reading its partial block), if the samples hold.
+
+        None also when the prefix is due for its periodic full proof (``FULL_PROOF_EVERY``).
+        """
+        if self.resumes + 1 >= FULL_PROOF_EVERY or not self.samples_intact(fd):
             return None
-        return PrefixDigest.resume(self._packed_prefix, fd, self.indexed_to)
+        prefix = PrefixDigest.resume(self._packed_prefix, fd, self.indexed_to)
+        if prefix is not None:
+            prefix.resumes = self.resumes + 1
+        return prefix
 
     def is_current(self, fd: int, st: os.stat_result) -> bool:
         """The open file is exactly what was indexed, as far as a read can afford to check."""
