@@ -64,47 +64,50 @@ def check_name(source_name: object) -> str | None:
     return check_source_name(source_name)
 
 
-def _opener(make: Callable[[IndexUrl, str, Path], IndexT], url: IndexUrl, name: str | None, root: Path,
-            path: Path) -> Callable[[], IndexT]:  # fmt: skip
+def _policy(
+    load: Callable[[], Callable[[IndexUrl, str, Path], IndexT]],
+    url: IndexUrl | None,
+    name: str | None,
+    root: Path,
+    path: Path,
+) -> IndexPolicy[IndexT] | None:
+    """A policy whose index is opened on first use by the class ``load`` imports then; None without a URL."""
+    if url is None:
+        return None
+
     def open_index() -> IndexT:
         from memstore.source_name import default_source_name
 
+        try:
+            make = load()
+        except ImportError as exc:
+            raise IndexUnavailableError(
+                f"the PostgreSQL index needs memstore[pg] (psycopg 3, SQLAlchemy): {exc}"
+            ) from None
         return make(url, name or default_source_name(root), path)
 
-    return open_index
+    return IndexPolicy(open_index, source=path, fallback=FALLBACK)
 
 
-def _missing_driver(exc: ImportError) -> IndexUnavailableError:
-    return IndexUnavailableError(f"the PostgreSQL index needs memstore[pg] (psycopg 3, SQLAlchemy): {exc}")
+def _catalog_class() -> type[PgCatalogIndex]:
+    from memstore.index.pg.store_reads import PgCatalogIndex
+
+    return PgCatalogIndex
+
+
+def _cards_class() -> type[PgCardIndex]:
+    from memstore.index.pg.store_cards import PgCardIndex
+
+    return PgCardIndex
 
 
 def catalog_policy(
     url: IndexUrl | None, name: str | None, *, root: Path, path: Path
 ) -> IndexPolicy[PgCatalogIndex] | None:
     """The shared index of a catalog's memory.jsonl, opened on first use; None without a URL."""
-    if url is None:
-        return None
-
-    def make(url: IndexUrl, name: str, path: Path) -> PgCatalogIndex:
-        try:
-            from memstore.index.pg.store_reads import PgCatalogIndex
-        except ImportError as exc:
-            raise _missing_driver(exc) from None
-        return PgCatalogIndex(url, name, path)
-
-    return IndexPolicy(_opener(make, url, name, root, path), source=path, fallback=FALLBACK)
+    return _policy(_catalog_class, url, name, root, path)
 
 
 def cards_policy(url: IndexUrl | None, name: str | None, *, root: Path, path: Path) -> IndexPolicy[PgCardIndex] | None:
     """The shared index of a workspace's failures.json, opened on first use; None without a URL."""
-    if url is None:
-        return None
-
-    def make(url: IndexUrl, name: str, path: Path) -> PgCardIndex:
-        try:
-            from memstore.index.pg.store_cards import PgCardIndex
-        except ImportError as exc:
-            raise _missing_driver(exc) from None
-        return PgCardIndex(url, name, path)
-
-    return IndexPolicy(_opener(make, url, name, root, path), source=path, fallback=FALLBACK)
+    return _policy(_cards_class, url, name, root, path)
