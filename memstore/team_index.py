@@ -219,14 +219,11 @@ class TeamIndex:
         self, query: str, tokens: list[str], limit: int, names: list[str] | None, planner: PlannerFactory | None
     ) -> TeamSearchResult:
         from memstore.index.pg.conn import raw_connection
+        from memstore.index.pg.search import SEARCH_BEGIN
         from memstore.index.search import Planner
 
         with raw_connection(self._engine("read")) as conn:
-            # One snapshot for the sources' states and their rows (docs/postgres-notes.md §6).
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            # Before the snapshot: held on every partition, it keeps an indexer from detaching and
-            # dropping a partition this snapshot still names (DETACH CONCURRENTLY waits for it).
-            conn.execute("LOCK TABLE team_doc IN ACCESS SHARE MODE")
+            conn.execute(SEARCH_BEGIN, prepare=False)
             chosen = self._chosen(conn, names)
             hits: list[TeamHit] = []
             if tokens and limit:
@@ -292,22 +289,17 @@ class TeamIndex:
 
     def _entries(self, conn: PgConn, hits: Sequence[Hit], parts: Mapping[int, int]) -> list[tuple[int, MemoryEntry]]:
         """The stored lines of these hits, decoded, by row key."""
-        from memstore.index.pg.search import row_key, split_key
+        from memstore.index.pg.search import ODD_AND_LINES, row_key
 
-        wanted = [split_key(hit.row_id) for hit in hits]
-        if not wanted:
+        if not hits:
             return []
-        fetched = conn.execute(
-            "SELECT d.sid, d.id, d.raw FROM unnest(%s::int[], %s::bigint[]) AS u(part, id)"
-            " JOIN team_doc d ON d.part = u.part AND d.id = u.id",
-            ([parts[sid] for sid, _id in wanted], [row_id for _sid, row_id in wanted]),
-        ).fetchall()
-        return [(row_key(int(sid), int(row_id)), self._decode(raw)) for sid, row_id, raw in fetched]
+        fetched = conn.execute(ODD_AND_LINES, _lines_params(hits, parts, odd_parts=[]), prepare=True).fetchall()
+        return [(row_key(int(sid), int(row_id)), self._decode(raw)) for sid, row_id, raw, _odd in fetched]
 
     def _hits(
         self, conn: PgConn, tokens: list[str], limit: int, chosen: Sequence[_Source], planner: PlannerFactory
     ) -> list[TeamHit]:
-        from memstore.index.pg.search import PgSearch, row_key, split_key
+        from memstore.index.pg.search import ODD_AND_LINES, PgSearch, row_key, split_key
         from memstore.index.search import MAX_SQL_TOKENS, Hit, sql_tokens
         from memstore.index.sqltext import sql_safe
 
@@ -330,17 +322,20 @@ class TeamIndex:
                         hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, key))
             elif sql_tokens(tokens):
                 hits = planner(PgSearch(conn, tokens, parts=parts), tokens, limit, total).run()
-        # Odd rows (what SQL cannot hold exactly) are scored here, from the bytes the file held.
-        for sid, row_id, raw in conn.execute(
-            "SELECT sid, id, raw FROM team_doc WHERE part = ANY(%s) AND odd", (sorted(parts.values()),)
+        # Odd rows (what SQL cannot hold exactly) are scored here, from the bytes the file held; the
+        # same statement brings the stored lines of the best SQL hits (one round trip for both).
+        first = [hit for hit in sorted(hits, key=Hit.sort_key)[:limit] if hit.row_id not in known]
+        for sid, row_id, raw, odd in conn.execute(
+            ODD_AND_LINES, _lines_params(first, parts, odd_parts=sorted(parts.values())), prepare=True
         ).fetchall():
             entry = self._decode(raw)
-            if memory_matches(entry, tokens):
-                key = row_key(int(sid), int(row_id))
+            key = row_key(int(sid), int(row_id))
+            if not odd:
+                known.setdefault(key, entry)
+            elif memory_matches(entry, tokens):
                 known[key] = entry
                 hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, key))
-        if known:
-            hits.sort(key=Hit.sort_key)
+        hits.sort(key=Hit.sort_key)
         top = hits[:limit]
         known.update(self._entries(conn, [hit for hit in top if hit.row_id not in known], parts))
         name_of = {source.sid: source.name for source in chosen}
@@ -358,6 +353,14 @@ class TeamIndex:
         if entry is None:
             raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: a stored line no longer decodes")
         return entry
+
+
+def _lines_params(hits: Sequence[Hit], parts: Mapping[int, int], *, odd_parts: Sequence[int]) -> dict[str, Any]:
+    """Parameters of ``ODD_AND_LINES`` (memstore.index.pg.search): odd rows of ``odd_parts``, these hits' lines."""
+    from memstore.index.pg.search import split_key
+
+    wanted = [split_key(hit.row_id) for hit in hits]
+    return {"odd_parts": list(odd_parts), "kp": [parts[sid] for sid, _id in wanted], "ki": [i for _sid, i in wanted]}
 
 
 def _local_search(
