@@ -16,9 +16,11 @@ TeamIndex is used.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
 CATALOG_FILE = "memory.jsonl"
 LOAD_WORKERS = 2
 """Sources loaded at once: one parses while the server builds the other's indexes."""
+PROCESS_BYTES = 8 * 1024 * 1024
+"""A reindex with at least this much to read loads its sources in worker processes (starting one
+costs about half a second; a source's parse is Python, and threads of one process take turns)."""
 
 
 @dataclass(frozen=True)
@@ -139,19 +144,64 @@ class TeamIndex:
         started = time.perf_counter()
         engine = self._engine("load")
         schema = upgrade_team(engine)
-        self._register([name for name, _root in checked])
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(checked) or 1))) as pool:
-            reports = list(pool.map(lambda item: self._load(engine, *item, full=full, progress=progress), checked))
+        indexed = self._register([name for name, _root in checked])
+        threads = max(1, min(workers, len(checked) or 1))
+        in_processes = progress is None and threads > 1 and _pending(checked, indexed, full=full) >= PROCESS_BYTES
+        load = self._loader_in_processes(full=full) if in_processes else None
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            if load is None:
+                reports = list(pool.map(lambda item: self._load(engine, *item, full=full, progress=progress), checked))
+            else:
+                with load as each:
+                    reports = list(pool.map(lambda item: each(engine, *item), checked))
         return TeamReindexReport(self.url.redacted(), schema, tuple(reports), round(time.perf_counter() - started, 6))
 
-    def _register(self, names: Sequence[str]) -> None:
-        """Register new sources one by one, in the order given: sids are the union's order of sources."""
+    def _register(self, names: Sequence[str]) -> dict[str, int]:
+        """Register new sources one by one, in the order given (sids are the union's order of sources);
+        how many bytes of each are indexed."""
         from memstore.index.pg.conn import raw_connection
         from memstore.index.pg.loader import register
 
         with raw_connection(self._engine("load")) as conn:
             for name in names:
                 register(conn, name)
+            rows = conn.execute(
+                "SELECT name, coalesce(indexed_to, 0) FROM team_source WHERE name = ANY(%s)", (list(names),)
+            ).fetchall()
+        return {str(name): int(str(done)) for name, done in rows}
+
+    @contextlib.contextmanager
+    def _loader_in_processes(self, *, full: bool) -> Iterator[Callable[[Engine, str, Path], TeamSourceReport]]:
+        """A load function for the pool's threads, each handing its sources to a worker process of its own.
+
+        A thread whose worker cannot start or stops loads its sources itself.
+        """
+        from memstore.index.pg.load_worker import LoadWorker
+
+        local = threading.local()
+        started: list[LoadWorker] = []
+        lock = threading.Lock()
+
+        def each(engine: Engine, name: str, root: Path) -> TeamSourceReport:
+            if not hasattr(local, "worker"):
+                local.worker = LoadWorker.start(self.url)
+                if local.worker is not None:
+                    with lock:
+                        started.append(local.worker)
+            worker: LoadWorker | None = local.worker
+            answer = worker.load(name, root, full=full) if worker is not None else None
+            if isinstance(answer, TeamSourceReport):
+                return answer
+            if answer is not None:
+                raise answer
+            local.worker = None
+            return self._load(engine, name, root, full=full, progress=None)
+
+        try:
+            yield each
+        finally:
+            for worker in started:
+                worker.stop()
 
     def _load(
         self, engine: Engine, name: str, root: Path, *, full: bool, progress: Progress | None
@@ -353,6 +403,17 @@ class TeamIndex:
         if entry is None:
             raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: a stored line no longer decodes")
         return entry
+
+
+def _pending(checked: Sequence[tuple[str, Path]], indexed: Mapping[str, int], *, full: bool) -> int:
+    """Bytes the sources' files hold beyond what is indexed (all of them for a full load): an estimate
+    that only chooses between threads and processes (a rewrite of the same size counts as none)."""
+    total = 0
+    for name, root in checked:
+        with contextlib.suppress(OSError):
+            size = (store_dir(root) / CATALOG_FILE).stat().st_size
+            total += size if full else max(0, size - indexed.get(name, 0))
+    return total
 
 
 def _lines_params(hits: Sequence[Hit], parts: Mapping[int, int], *, odd_parts: Sequence[int]) -> dict[str, Any]:

@@ -37,8 +37,14 @@ def test_repeated_searches_equal_the_scan_with_walks_and_odd_rows(
     monkeypatch.setattr(pg_search.PgSearch, "walk", walk)
     try:
         for number, catalog in enumerate(team.catalogs.values()):
-            lines = [entry_line(f"common word{n} {'rare' if n % 97 == 0 else ''}", memory_id=f"m{number}-{n}",
-                                stamp=f"2026-01-01T00:00:{n % 60:02d}+00:00") for n in range(600)]
+            lines = [
+                entry_line(
+                    f"common word{n} {'rare' if n % 97 == 0 else ''}",
+                    memory_id=f"m{number}-{n}",
+                    stamp=f"2026-01-01T00:00:{n % 60:02d}+00:00",
+                )
+                for n in range(600)
+            ]
             lines.append(entry_line("common odd \x00 line", memory_id=f"odd{number}"))
             write_raw(catalog.path, b"\n".join(lines) + b"\n")
         team.catch_up()

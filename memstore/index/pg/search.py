@@ -257,9 +257,7 @@ class PgSearch:
         try:
             # Only the walk index can give this order with sorts and bitmaps off: no sort of all matches.
             self._set(enable_seqscan="off", enable_sort="off", enable_bitmapscan="off")
-            cursor.execute(
-                f"DECLARE memstore_walk NO SCROLL CURSOR FOR {sql}", {**self.base, **params}, prepare=False
-            )
+            cursor.execute(f"DECLARE memstore_walk NO SCROLL CURSOR FOR {sql}", {**self.base, **params}, prepare=False)
             size = FIRST_FETCH
             while True:
                 if deadline is not None:
