@@ -80,3 +80,17 @@ def test_an_error_in_a_worker_is_raised_in_the_parent(
             team.writer.reindex(team.roots)
     finally:
         team.close()
+
+
+def test_a_term_of_the_long_term_length_makes_a_row_odd_one_less_does_not() -> None:
+    from memstore.index.lines import row_values
+    from memstore.index.pg.rows import LONG_TERM_CHARS, doc_of
+    from memstore.models import MemoryEntry
+
+    def doc(content: str, tags: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+        entry = MemoryEntry(memory_id="m", content=content, tags=tags, created_at="2026-01-01T00:00:00+00:00")
+        return doc_of((0, 1, *row_values(entry)))
+
+    long, short = "é" * LONG_TERM_CHARS, "a" * (LONG_TERM_CHARS - 1)
+    assert doc(f"x {long} y").odd and doc("x", (f"t-{long}",)).odd
+    assert not doc(f"x {short}-{short} y", (short,)).odd
