@@ -277,7 +277,7 @@ class PgSearch:
             # Back to the state before the walk: the cursor closed, settings and timeout restored.
             if not self.conn.closed:
                 failed = self.conn.info.transaction_status == TransactionStatus.INERROR
-                cursor.execute(_walk_end(before, timed=deadline is not None, failed=failed))
+                cursor.execute(_walk_end(before, timed=deadline is not None, failed=failed), prepare=False)
             cursor.close()
             self.settings = before
 
