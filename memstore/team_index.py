@@ -16,9 +16,11 @@ TeamIndex is used.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,6 +54,9 @@ if TYPE_CHECKING:
 CATALOG_FILE = "memory.jsonl"
 LOAD_WORKERS = 2
 """Sources loaded at once: one parses while the server builds the other's indexes."""
+PROCESS_BYTES = 8 * 1024 * 1024
+"""A reindex with at least this much to read loads its sources in worker processes (starting one
+costs about half a second; a source's parse is Python, and threads of one process take turns)."""
 
 
 @dataclass(frozen=True)
@@ -140,19 +145,66 @@ class TeamIndex:
         started = time.perf_counter()
         engine = self._engine("load")
         schema = upgrade_team(engine)
-        self._register([name for name, _root in checked])
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(checked) or 1))) as pool:
-            reports = list(pool.map(lambda item: self._load(engine, *item, full=full, progress=progress), checked))
+        indexed = self._register([name for name, _root in checked])
+        threads = max(1, min(workers, len(checked) or 1))
+        in_processes = progress is None and threads > 1 and _pending(checked, indexed, full=full) >= PROCESS_BYTES
+        load = self._loader_in_processes(full=full) if in_processes else None
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            if load is None:
+                reports = list(pool.map(lambda item: self._load(engine, *item, full=full, progress=progress), checked))
+            else:
+                with load as each:
+                    reports = list(pool.map(lambda item: each(engine, *item), checked))
         return TeamReindexReport(self.url.redacted(), schema, tuple(reports), round(time.perf_counter() - started, 6))
 
-    def _register(self, names: Sequence[str]) -> None:
-        """Register new sources one by one, in the order given: sids are the union's order of sources."""
+    def _register(self, names: Sequence[str]) -> dict[str, int]:
+        """Register new sources one by one, in the order given (sids are the union's order of sources);
+        how many bytes of each are indexed."""
         from memstore.index.pg.conn import raw_connection
         from memstore.index.pg.loader import register
 
         with raw_connection(self._engine("load")) as conn:
             for name in names:
                 register(conn, name)
+            if len(names) < 2:
+                return {}  # one source loads in this process whatever it holds: no need to know
+            rows = conn.execute(
+                "SELECT name, coalesce(indexed_to, 0) FROM team_source WHERE name = ANY(%s)", (list(names),)
+            ).fetchall()
+        return {str(name): int(str(done)) for name, done in rows}
+
+    @contextlib.contextmanager
+    def _loader_in_processes(self, *, full: bool) -> Iterator[Callable[[Engine, str, Path], TeamSourceReport]]:
+        """A load function for the pool's threads, each handing its sources to a worker process of its own.
+
+        A thread whose worker cannot start or stops loads its sources itself.
+        """
+        from memstore.index.pg.load_worker import LoadWorker
+
+        local = threading.local()
+        started: list[LoadWorker] = []
+        lock = threading.Lock()
+
+        def each(engine: Engine, name: str, root: Path) -> TeamSourceReport:
+            if not hasattr(local, "worker"):
+                local.worker = LoadWorker.start(self.url)
+                if local.worker is not None:
+                    with lock:
+                        started.append(local.worker)
+            worker: LoadWorker | None = local.worker
+            answer = worker.load(name, root, full=full) if worker is not None else None
+            if isinstance(answer, TeamSourceReport):
+                return answer
+            if answer is not None:
+                raise answer
+            local.worker = None
+            return self._load(engine, name, root, full=full, progress=None)
+
+        try:
+            yield each
+        finally:
+            for worker in started:
+                worker.stop()
 
     def _load(
         self, engine: Engine, name: str, root: Path, *, full: bool, progress: Progress | None
@@ -220,14 +272,11 @@ class TeamIndex:
         self, query: str, tokens: list[str], limit: int, names: list[str] | None, planner: PlannerFactory | None
     ) -> TeamSearchResult:
         from memstore.index.pg.conn import raw_connection
+        from memstore.index.pg.search import SEARCH_BEGIN
         from memstore.index.search import Planner
 
         with raw_connection(self._engine("read")) as conn:
-            # One snapshot for the sources' states and their rows (docs/postgres-notes.md §6).
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            # Before the snapshot: held on every partition, it keeps an indexer from detaching and
-            # dropping a partition this snapshot still names (DETACH CONCURRENTLY waits for it).
-            conn.execute("LOCK TABLE team_doc IN ACCESS SHARE MODE")
+            conn.execute(SEARCH_BEGIN, prepare=False)
             chosen = self._chosen(conn, names)
             hits: list[TeamHit] = []
             if tokens and limit:
@@ -293,22 +342,17 @@ class TeamIndex:
 
     def _entries(self, conn: PgConn, hits: Sequence[Hit], parts: Mapping[int, int]) -> list[tuple[int, MemoryEntry]]:
         """The stored lines of these hits, decoded, by row key."""
-        from memstore.index.pg.search import row_key, split_key
+        from memstore.index.pg.search import ODD_AND_LINES, row_key
 
-        wanted = [split_key(hit.row_id) for hit in hits]
-        if not wanted:
+        if not hits:
             return []
-        fetched = conn.execute(
-            "SELECT d.sid, d.id, d.raw FROM unnest(%s::int[], %s::bigint[]) AS u(part, id)"
-            " JOIN team_doc d ON d.part = u.part AND d.id = u.id",
-            ([parts[sid] for sid, _id in wanted], [row_id for _sid, row_id in wanted]),
-        ).fetchall()
-        return [(row_key(int(sid), int(row_id)), self._decode(raw)) for sid, row_id, raw in fetched]
+        fetched = conn.execute(ODD_AND_LINES, _lines_params(hits, parts, odd_parts=[]), prepare=True).fetchall()
+        return [(row_key(int(sid), int(row_id)), self._decode(raw)) for sid, row_id, raw, _odd in fetched]
 
     def _hits(
         self, conn: PgConn, tokens: list[str], limit: int, chosen: Sequence[_Source], planner: PlannerFactory
     ) -> list[TeamHit]:
-        from memstore.index.pg.search import PgSearch, row_key, split_key
+        from memstore.index.pg.search import ODD_AND_LINES, PgSearch, row_key, split_key
         from memstore.index.search import MAX_SQL_TOKENS, Hit, sql_tokens
         from memstore.index.sqltext import sql_safe
 
@@ -331,17 +375,20 @@ class TeamIndex:
                         hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, key))
             elif sql_tokens(tokens):
                 hits = planner(PgSearch(conn, tokens, parts=parts), tokens, limit, total).run()
-        # Odd rows (what SQL cannot hold exactly) are scored here, from the bytes the file held.
-        for sid, row_id, raw in conn.execute(
-            "SELECT sid, id, raw FROM team_doc WHERE part = ANY(%s) AND odd", (sorted(parts.values()),)
+        # Odd rows (what SQL cannot hold exactly) are scored here, from the bytes the file held; the
+        # same statement brings the stored lines of the best SQL hits (one round trip for both).
+        first = [hit for hit in sorted(hits, key=Hit.sort_key)[:limit] if hit.row_id not in known]
+        for sid, row_id, raw, odd in conn.execute(
+            ODD_AND_LINES, _lines_params(first, parts, odd_parts=sorted(parts.values())), prepare=True
         ).fetchall():
             entry = self._decode(raw)
-            if memory_matches(entry, tokens):
-                key = row_key(int(sid), int(row_id))
+            key = row_key(int(sid), int(row_id))
+            if not odd:
+                known.setdefault(key, entry)
+            elif memory_matches(entry, tokens):
                 known[key] = entry
                 hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, key))
-        if known:
-            hits.sort(key=Hit.sort_key)
+        hits.sort(key=Hit.sort_key)
         top = hits[:limit]
         known.update(self._entries(conn, [hit for hit in top if hit.row_id not in known], parts))
         name_of = {source.sid: source.name for source in chosen}
@@ -359,6 +406,25 @@ class TeamIndex:
         if entry is None:
             raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: a stored line no longer decodes")
         return entry
+
+
+def _pending(checked: Sequence[tuple[str, Path]], indexed: Mapping[str, int], *, full: bool) -> int:
+    """Bytes the sources' files hold beyond what is indexed (all of them for a full load): an estimate
+    that only chooses between threads and processes (a rewrite of the same size counts as none)."""
+    total = 0
+    for name, root in checked:
+        with contextlib.suppress(OSError):
+            size = (store_dir(root) / CATALOG_FILE).stat().st_size
+            total += size if full else max(0, size - indexed.get(name, 0))
+    return total
+
+
+def _lines_params(hits: Sequence[Hit], parts: Mapping[int, int], *, odd_parts: Sequence[int]) -> dict[str, Any]:
+    """Parameters of ``ODD_AND_LINES`` (memstore.index.pg.search): odd rows of ``odd_parts``, these hits' lines."""
+    from memstore.index.pg.search import split_key
+
+    wanted = [split_key(hit.row_id) for hit in hits]
+    return {"odd_parts": list(odd_parts), "kp": [parts[sid] for sid, _id in wanted], "ki": [i for _sid, i in wanted]}
 
 
 def _local_search(

@@ -197,8 +197,10 @@ class SourceLoader:
                 # Nothing new: the source is still known current as of now.
                 conn.execute("UPDATE team_source SET caught_up_at = now() WHERE sid = %s", (sid,))
                 return "none", state.rows, 0, _indexed(state)
-            if change is Change.GROWN and state is not None and st.st_size - state.indexed_to <= max(
-                state.indexed_to, 1 << 20
+            if (
+                change is Change.GROWN
+                and state is not None
+                and st.st_size - state.indexed_to <= max(state.indexed_to, 1 << 20)
             ):
                 added = self._append(conn, vconn, source, fd, st, prefix)
                 new = read_source(conn, sid).state
@@ -225,7 +227,7 @@ class SourceLoader:
             tail_end = parsed.tail_end
         vocab = Vocabulary(vconn)
         vocab.ensure(wanted_terms(docs))
-        counts: Counter[int] = Counter()
+        counts: Counter[str] = Counter()
         next_id = source.next_id
         rows = state.rows
         with conn.transaction():
@@ -238,7 +240,7 @@ class SourceLoader:
                 if gone is not None:
                     rows -= 1
                     for ids in gone:
-                        counts.subtract(ids)
+                        counts.subtract(map(str, ids))
             with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN") as copy:
                 for doc in docs:
                     copy.write_row(_doc_row(doc, source.part, next_id, source.sid, vocab, counts, fd))
@@ -298,9 +300,7 @@ class SourceLoader:
                 _copy_counts(conn, source.sid, counts)
                 _save_state(conn, source.sid, new, next_id=rows + 1, part=part)
                 if source.part is not None:
-                    conn.execute(
-                        "INSERT INTO team_retired (part) VALUES (%s) ON CONFLICT DO NOTHING", (source.part,)
-                    )
+                    conn.execute("INSERT INTO team_retired (part) VALUES (%s) ON CONFLICT DO NOTHING", (source.part,))
             # The vocabulary and the counts grew by a whole file: fresh estimates for the lookups.
             conn.execute("ANALYZE team_term, team_count")
         except BaseException:
@@ -335,7 +335,7 @@ class SourceLoader:
         assert source.part is not None
         vocab = Vocabulary(vconn)
         vocab.ensure(wanted_terms(docs))
-        counts: Counter[int] = Counter()
+        counts: Counter[str] = Counter()
         with conn.transaction():
             conn.execute("DELETE FROM team_doc WHERE part = %s", (source.part,))
             with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN") as copy:
@@ -361,10 +361,10 @@ class SourceLoader:
 
     def _load_table(
         self, conn: PgConn, vconn: PgConn, sid: int, part: int, table: str, fd: int, st: os.stat_result
-    ) -> tuple[int, Counter[int], int, int | None, int, int]:
+    ) -> tuple[int, Counter[str], int, int | None, int, int]:
         """Create the new partition's table and COPY every line into it (one transaction, FREEZE)."""
         vocab = Vocabulary(vconn)
-        counts: Counter[int] = Counter()
+        counts: Counter[str] = Counter()
         self._seen = []  # this parse alone (a small source may have been parsed once already)
         row_id = 0
         end, tail_end, corrupt, blank = 0, None, 0, 0
@@ -483,7 +483,7 @@ def _indexed(state: SourceState | None) -> int:
 
 
 def _doc_row(
-    doc: Doc, part: int, row_id: int, sid: int, vocab: Vocabulary, counts: Counter[int], fd: int
+    doc: Doc, part: int, row_id: int, sid: int, vocab: Vocabulary, counts: Counter[str], fd: int
 ) -> tuple[Any, ...]:
     raw = os.pread(fd, doc.length, doc.off)
     if doc.odd:
@@ -492,8 +492,8 @@ def _doc_row(
     return (part, row_id, sid, doc.c, doc.t, doc.created_at, doc.bonus, False, doc.off, doc.length, cterms, tterms, raw)
 
 
-def _add_counts(conn: PgConn, sid: int, counts: Counter[int]) -> None:
-    changed = sorted((tid, n) for tid, n in counts.items() if n)
+def _add_counts(conn: PgConn, sid: int, counts: Counter[str]) -> None:
+    changed = sorted((int(tid), n) for tid, n in counts.items() if n)
     if not changed:
         return
     conn.execute(
@@ -503,7 +503,8 @@ def _add_counts(conn: PgConn, sid: int, counts: Counter[int]) -> None:
     )
 
 
-def _copy_counts(conn: PgConn, sid: int, counts: Counter[int]) -> None:
+def _copy_counts(conn: PgConn, sid: int, counts: Counter[str]) -> None:
+    """Per-source term counts, keyed by id as COPY writes it (text)."""
     with conn.cursor().copy("COPY team_count (sid, tid, n) FROM STDIN") as copy:
         for tid, n in counts.items():
             if n > 0:
@@ -521,4 +522,3 @@ def _save_state(conn: PgConn, sid: int, state: SourceState, *, next_id: int, par
             state.blank, next_id, part, sid,
         ),
     )  # fmt: skip
-

@@ -14,7 +14,6 @@ column serves both.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from memstore.index.terms import CONTENT, CONTENT_MARKS, PIECE, TAG_MARKS, TAGS
 LONG_TERM_CHARS = 400
 """Terms of this many characters or more make a row odd: at 4 bytes a character they stay well
 below PostgreSQL's index key limit (about 2,700 bytes) in the vocabulary's B-tree and trigram index."""
-_LONG_TERM = re.compile(r"[0-9A-Za-z\u0080-\U0010ffff]{" + str(LONG_TERM_CHARS) + "}")
 _findall = PIECE.findall
 
 
@@ -50,15 +48,17 @@ _NO_TERMS: tuple[set[str], set[str], list[str], list[str]] = (set(), set(), [], 
 def doc_of(row: Row) -> Doc:
     """A parsed row (offset, length, doc columns) as a team row."""
     off, length, _mid, c, t, created_at, bonus, _br, _run, mc, mt, odd = row
-    if (
-        odd
-        or _LONG_TERM.search(c) is not None
-        or _LONG_TERM.search(t) is not None
-        or not _indexable_stamp(created_at)
-    ):
+    if odd or not _indexable_stamp(created_at):
         return Doc(off, length, "", "", None, 0, True, _NO_TERMS)
-    terms = (set(_findall(c)), set(_findall(t)), mc.split(), mt.split())
-    return Doc(off, length, c, t, created_at, bonus, False, terms)
+    content, tags = set(_findall(c)), set(_findall(t))
+    # Terms are maximal runs of term characters: a long run is a long term.
+    if _longest(content) >= LONG_TERM_CHARS or _longest(tags) >= LONG_TERM_CHARS:
+        return Doc(off, length, "", "", None, 0, True, _NO_TERMS)
+    return Doc(off, length, c, t, created_at, bonus, False, (content, tags, mc.split(), mt.split()))
+
+
+def _longest(terms: set[str]) -> int:
+    return max(map(len, terms)) if terms else 0
 
 
 MAX_STAMP_BYTES = 512
@@ -88,14 +88,12 @@ def array_literal(ids: Iterable[str]) -> str:
     return "{" + ",".join(ids) + "}"
 
 
-def id_arrays(doc: Doc, ids: dict[int, dict[str, str]], counts: Counter[int] | None) -> tuple[str, str]:
-    """The row's ``cterms`` and ``tterms`` literals; ``counts`` gets each id once (rows holding it)."""
+def id_arrays(doc: Doc, ids: dict[int, dict[str, str]], counts: Counter[str] | None) -> tuple[str, str]:
+    """The row's ``cterms`` and ``tterms`` literals; ``counts`` gets each id once (rows holding it), as text."""
     content, tags, content_marks, tag_marks = doc.terms
-    c_ids = [ids[CONTENT][term] for term in content]
-    c_ids += [ids[CONTENT_MARKS][code] for code in content_marks]
-    t_ids = [ids[TAGS][term] for term in tags]
-    t_ids += [ids[TAG_MARKS][code] for code in tag_marks]
+    c_ids = [*map(ids[CONTENT].__getitem__, content), *map(ids[CONTENT_MARKS].__getitem__, content_marks)]
+    t_ids = [*map(ids[TAGS].__getitem__, tags), *map(ids[TAG_MARKS].__getitem__, tag_marks)]
     if counts is not None:
-        counts.update(map(int, c_ids))
-        counts.update(map(int, t_ids))
+        counts.update(c_ids)
+        counts.update(t_ids)
     return array_literal(c_ids), array_literal(t_ids)

@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
 
 from memstore.index.search import FETCH, FIRST_FETCH, AllOf, AnyOf, Has, Hit, Match, WalkInterrupted, WalkRow
 from memstore.index.terms import CONTENT, CONTENT_MARKS, END, ENDS, INSIDE, START, STARTS, TAGS, WHOLE, TermSet
@@ -51,6 +52,27 @@ COLUMN_OF_KIND = {CONTENT: "cterms", CONTENT_MARKS: "cterms", TAGS: "tterms"}
 """Content terms and marks share one array, tag terms and marks the other (ids are unique)."""
 PARTS = "d.part = ANY(%(parts)s)"
 ORDER = " ORDER BY s DESC, d.created_at DESC, d.sid, d.id LIMIT %(k)s"
+
+
+SEARCH_BEGIN = (
+    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
+    " SET LOCAL plan_cache_mode = auto;"
+    " LOCK TABLE team_doc IN ACCESS SHARE MODE"
+)
+"""A search's first round trip.  One snapshot for the sources' states and their rows
+(docs/postgres-notes.md §6).  The lock, taken before the snapshot and held on every
+partition, keeps an indexer from detaching and dropping a partition this snapshot still
+names (DETACH CONCURRENTLY waits for it).  ``plan_cache_mode`` lets the statements of
+fixed shape (prepared, below) keep a generic plan: planning them over every partition
+cost more than running them.  Statements whose best plan depends on the terms are never
+prepared (``prepare=False``), so each is still planned for its own values."""
+
+ODD_AND_LINES = (
+    "SELECT d.sid, d.id, d.raw, true FROM team_doc d WHERE d.part = ANY(%(odd_parts)s::int[]) AND d.odd"
+    " UNION ALL SELECT d.sid, d.id, d.raw, false FROM unnest(%(kp)s::int[], %(ki)s::bigint[]) AS u(part, id)"
+    " JOIN team_doc d ON d.part = u.part AND d.id = u.id"
+)
+"""The odd rows of some partitions (flagged true) and the stored lines of some rows (false)."""
 
 
 class PgSearch:
@@ -91,7 +113,8 @@ class PgSearch:
             self.settings.update(changed)
 
     def _rows(self, sql: str, extra: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        return self.conn.execute(sql, {**self.base, **(extra or {})}).fetchall()
+        # Never prepared: a generic plan cannot see how rare this search's terms are.
+        return self.conn.execute(sql, {**self.base, **(extra or {})}, prepare=False).fetchall()
 
     def _where(self, match: Match, params: dict[str, Any]) -> str:
         """``match`` as a boolean expression over ``d``; its id arrays are added to ``params``."""
@@ -151,6 +174,7 @@ class PgSearch:
             "SELECT v.id, (SELECT sum(n.n) FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s))"
             " FROM team_term v WHERE v.kind = %(kind)s AND v.text = %(code)s",
             {"sids": self.base["sids"], "kind": kind, "code": code},
+            prepare=False,
         ).fetchone()
         if row is None or not row[1]:
             return TermSet((), 0)
@@ -233,7 +257,7 @@ class PgSearch:
         try:
             # Only the walk index can give this order with sorts and bitmaps off: no sort of all matches.
             self._set(enable_seqscan="off", enable_sort="off", enable_bitmapscan="off")
-            cursor.execute(f"DECLARE memstore_walk NO SCROLL CURSOR FOR {sql}", {**self.base, **params})
+            cursor.execute(f"DECLARE memstore_walk NO SCROLL CURSOR FOR {sql}", {**self.base, **params}, prepare=False)
             size = FIRST_FETCH
             while True:
                 if deadline is not None:
@@ -252,7 +276,26 @@ class PgSearch:
         finally:
             # Back to the state before the walk: the cursor closed, settings and timeout restored.
             if not self.conn.closed:
-                cursor.execute("ROLLBACK TO SAVEPOINT memstore_walk")
-                cursor.execute("RELEASE SAVEPOINT memstore_walk")
+                failed = self.conn.info.transaction_status == TransactionStatus.INERROR
+                cursor.execute(_walk_end(before, timed=deadline is not None, failed=failed), prepare=False)
             cursor.close()
             self.settings = before
+
+
+WALK_SETTINGS = ("enable_seqscan", "enable_sort", "enable_bitmapscan")
+
+
+def _walk_end(before: Mapping[str, str], *, timed: bool, failed: bool) -> str:
+    """One round trip that ends a walk: after a server error (a FETCH cut short), a rollback to
+    its savepoint; otherwise the cursor closed and the settings put back by hand, because
+    psycopg forgets every prepared statement of the connection when it sees a ROLLBACK."""
+    if failed:
+        return "ROLLBACK TO SAVEPOINT memstore_walk; RELEASE SAVEPOINT memstore_walk"
+    steps = ["CLOSE memstore_walk"]
+    for name in WALK_SETTINGS:
+        value = before.get(name)
+        steps.append(f"SET LOCAL {name} TO {value if value in ('on', 'off') else 'DEFAULT'}")
+    if timed:
+        steps.append("SET LOCAL statement_timeout TO DEFAULT")
+    steps.append("RELEASE SAVEPOINT memstore_walk")
+    return "; ".join(steps)

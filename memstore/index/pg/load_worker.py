@@ -1,0 +1,117 @@
+"""A worker process that catches team sources up, so a bulk load of many sources uses every core.
+
+A source's load is mostly Python (parsing lines, building rows), so threads of one
+process take turns on one core.  For a large load, ``TeamIndex.reindex`` hands whole
+sources to worker processes instead, each running exactly the catch-up a thread runs
+(``TeamIndex._load``), so where a source was loaded never changes its rows.  As in
+:mod:`memstore.index.line_worker`: a plain subprocess (no re-import of the caller's
+``__main__``), length-prefixed pickles over its pipes, both ends this module.  The URL,
+password included, travels over the pipe, never on a command line.  A worker that cannot
+start or dies only means its sources are loaded in the parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import memstore
+from memstore.index.line_worker import _receive, _send
+from memstore.team_report import TeamSourceReport
+
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from memstore.index.pg.load_worker import main; main()"
+STOP_SECONDS = 10.0
+
+
+class LoadWorker:
+    """The parent's handle on one worker: one source at a time, asked and answered in turn."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    @classmethod
+    def start(cls, url: Any) -> LoadWorker | None:
+        """A worker loading into the index at ``url`` (an IndexUrl); None when it cannot start."""
+        root = str(Path(memstore.__file__).resolve().parent.parent)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-c", _BOOT, root],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError:
+            return None
+        worker = cls(process)
+        return worker if worker._write(url) else None
+
+    def _write(self, value: Any) -> bool:
+        assert self.process.stdin is not None
+        try:
+            _send(self.process.stdin, value)
+        except (OSError, ValueError):
+            self.stop()
+            return False
+        return True
+
+    def load(self, name: str, root: Path, *, full: bool) -> TeamSourceReport | BaseException | None:
+        """The source's report, the error its catch-up raised, or None when the worker is gone."""
+        if not self._write((name, str(root), full)):
+            return None
+        assert self.process.stdout is not None
+        try:
+            kind, value = _receive(self.process.stdout)
+        except (EOFError, OSError, ValueError, pickle.UnpicklingError, TypeError, AttributeError):
+            self.stop()
+            return None
+        if kind == "ok" and isinstance(value, TeamSourceReport):
+            return value
+        if kind == "error" and isinstance(value, BaseException):
+            return value
+        self.stop()
+        return None
+
+    def stop(self) -> None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdout.close()
+
+
+def main() -> None:
+    """The worker's loop: catch up each source it is sent, until its input closes."""
+    from memstore.team_index import TeamIndex
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    team = TeamIndex(_receive(stdin))
+    try:
+        while True:
+            try:
+                name, root, full = _receive(stdin)
+            except EOFError:
+                return
+            try:
+                answer: tuple[str, Any] = (
+                    "ok",
+                    team._load(team._engine("load"), name, Path(root), full=full, progress=None),
+                )
+            except Exception as exc:  # sent back to be raised in the parent, as a thread's would be
+                answer = ("error", exc)
+            try:
+                _send(stdout, answer)
+            except (pickle.PicklingError, TypeError, AttributeError):
+                _send(stdout, ("error", RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}")))
+    finally:
+        team.close()
