@@ -272,3 +272,32 @@ def test_a_damaged_or_linked_chain_record_only_costs_the_whole_proof(
     lock.symlink_to(tmp_path / "elsewhere")
     assert read_chain(lock) is None
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_the_team_index_follows_memstores_appends_on_the_chain_too(
+    tmp_path: Path, pg_writer_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team source fed from a checkout memstore appends to: catch-ups resume the digest, answers stay exact."""
+    from memstore.team_index import TeamIndex
+
+    root = tmp_path / "repo"
+    catalog = MemoryCatalog(root)
+    for n in range(30):
+        catalog.add(f"seed note {n} about pumpkins")
+    name = f"chain-{tmp_path.name}"
+    with TeamIndex(pg_writer_url) as team:
+        assert team.reindex({name: root}).sources[0].action == "built"
+        counter = ProofCounter(monkeypatch)
+        for n in range(3):
+            catalog.add(f"gourd {n}")
+            assert team.reindex({name: root}).sources[0].action == "appended"
+            got = [hit.entry.memory_id for hit in team.search("gourd", limit=100, sources=[name]).hits]
+            assert got == _scan_ids(catalog, "gourd")
+        assert counter.whole == 0
+        time.sleep(TICK)
+        with open(catalog.path, "ab") as handle:
+            handle.write((json.dumps(_entry(904, "gourd from elsewhere")) + "\n").encode())
+        assert team.reindex({name: root}).sources[0].action == "appended"
+        assert counter.whole == 1
+        got = [hit.entry.memory_id for hit in team.search("gourd", limit=100, sources=[name]).hits]
+        assert got == _scan_ids(catalog, "gourd")

@@ -38,8 +38,10 @@ import psycopg
 from psycopg import errors as pg_errors
 from sqlalchemy.engine import Engine
 
+from memstore.append_chain import AppendChain, read_chain
 from memstore.errors import StorageError
 from memstore.files import open_for_read
+from memstore.group_commit import sync_lock_path
 from memstore.index.lines import parse_range, parsed_ranges
 from memstore.index.pg.conn import LOCK_SPACE, SCHEMA_LOCK, raw_connection
 from memstore.index.pg.rows import Doc, doc_of, id_arrays, wanted_terms
@@ -118,11 +120,14 @@ def read_source(conn: PgConn, sid: int) -> SourceRow:
     return SourceRow(sid, part, int(next_id), SourceState(name, *fields) if fields[0] is not None else None)
 
 
-def classify(state: SourceState | None, fd: int, st: os.stat_result) -> tuple[Change, PrefixDigest | None]:
+def classify(
+    state: SourceState | None, fd: int, st: os.stat_result, *, chain: AppendChain | None = None
+) -> tuple[Change, PrefixDigest | None]:
     """The SQLite index's classification, with identity proven by content rather than by inode.
 
     A CI job sees each push in a fresh clone: another device and inode, the same
-    bytes.  The digest of every indexed byte decides, as it does for an append.
+    bytes.  The digest of every indexed byte decides, as it does for an append, except
+    after memstore's own appends to the same file (``chain``), where it is resumed.
     """
     if state is None:
         return Change.REPLACED, None
@@ -130,6 +135,10 @@ def classify(state: SourceState | None, fd: int, st: os.stat_result) -> tuple[Ch
         return Change.NONE, None
     if st.st_size < state.indexed_to:
         return Change.REPLACED, None
+    if state.appended_since(chain, st):
+        resumed = state.resumed_prefix(fd)
+        if resumed is not None:
+            return Change.GROWN, resumed
     prefix = state.verified_prefix(fd)
     if prefix is None:
         return Change.REPLACED, None
@@ -191,7 +200,8 @@ class SourceLoader:
             return "missing", rows, 0, source.state.indexed_to if source.state else 0
         try:
             st = os.fstat(fd)
-            change, prefix = (Change.REPLACED, None) if full else classify(source.state, fd, st)
+            chain = read_chain(sync_lock_path(self.path))
+            change, prefix = (Change.REPLACED, None) if full else classify(source.state, fd, st, chain=chain)
             state = source.state
             if change is Change.NONE and state is not None:
                 # Nothing new: the source is still known current as of now.
@@ -258,6 +268,7 @@ class SourceLoader:
                 blank=state.blank + parsed.blank,
                 prefix=prefix,
                 seen=[parsed.seen] if parsed.seen is not None else [],
+                chain=read_chain(sync_lock_path(self.path)),
             )
             if new is None:
                 raise _FileChanged
@@ -290,6 +301,7 @@ class SourceLoader:
                 corrupt=corrupt,
                 blank=blank,
                 seen=self._seen,
+                chain=read_chain(sync_lock_path(self.path)),
             )
             if new is None:
                 raise _FileChanged
@@ -353,6 +365,7 @@ class SourceLoader:
                 corrupt=corrupt,
                 blank=blank,
                 seen=self._seen,
+                chain=read_chain(sync_lock_path(self.path)),
             )
             if new is None:
                 raise _FileChanged
