@@ -94,6 +94,10 @@ def parse_index_url(text: str, *, origin: str = "index URL") -> IndexUrl:
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
     except ValueError as exc:
         raise IndexUrlError(f"{origin}: malformed URL {redact(given)!r}: {exc}") from None
+    if parts.netloc.count("@") > 1:
+        # Parsers disagree on where such a password ends (the driver's host would then hold
+        # part of it, and be echoed in its errors): refuse it, without echoing the URL.
+        raise IndexUrlError(f"{origin}: malformed URL: write an '@' in the user or password as %40")
     if parts.hostname and "," in parts.hostname:
         raise IndexUrlError(f"{origin}: several hosts in {redact(given)!r}: give each as ?host=NAME&port=PORT instead")
     try:

@@ -201,6 +201,20 @@ class SourceState:
             blank=blank,
         )
 
+    def consistent(self) -> bool:
+        """The recorded numbers can describe a file at all (a damaged or forged row cannot be followed).
+
+        An unterminated tail lies after the indexed bytes and within the file; a catch-up
+        would otherwise drop the newest row for a tail that is not there.
+        """
+        numbers = (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns, self.indexed_to, self.rows,
+                   self.corrupt, self.blank, self.recorded_ns)  # fmt: skip
+        if any(type(value) is not int for value in numbers) or min(self.size, self.indexed_to, self.rows) < 0:
+            return False
+        if not isinstance(self.body_hash, bytes) or self.indexed_to > self.size:
+            return False
+        return self.tail_end is None or (type(self.tail_end) is int and self.indexed_to < self.tail_end <= self.size)
+
     def samples_intact(self, fd: int) -> bool:
         """The sampled fingerprints (head, edge, body samples) still match: the cheap racy check."""
         return (
@@ -278,6 +292,8 @@ class SourceState:
         GROWN comes with the verified digest of the old prefix, for the catch-up to extend.
         After memstore's own appends (``chain``) that digest is resumed, not re-read.
         """
+        if not self.consistent():
+            return Change.REPLACED, None
         if self.is_current(fd, st):
             return Change.NONE, None
         if (self.dev, self.ino) != (st.st_dev, st.st_ino) or st.st_size < self.indexed_to:

@@ -47,12 +47,15 @@ def cards_digest(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def sync_cards(conn: PgConn, sid: int, path: Path, load_records: LoadRecords) -> int | None:
-    """Bring the source's cards level with ``path``; the card count when they changed, else None."""
+def sync_cards(conn: PgConn, sid: int, path: Path, load_records: LoadRecords, *, full: bool = False) -> int | None:
+    """Bring the source's cards level with ``path``; the card count when they changed, else None.
+
+    ``full`` reloads them even when the recorded digest matches (a row found edited since).
+    """
     data = card_bytes(path)
     digest = cards_digest(data)
     held = conn.execute("SELECT cards_hash FROM team_source WHERE sid = %s", (sid,)).fetchone()
-    if held is not None and held[0] is not None and bytes(held[0]) == digest:
+    if not full and held is not None and held[0] is not None and bytes(held[0]) == digest:
         return None
     rows: list[tuple[Any, ...]] = []
     for order, record in enumerate(load_records(data) if data else []):

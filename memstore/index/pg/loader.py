@@ -129,7 +129,7 @@ def classify(
     bytes.  The digest of every indexed byte decides, as it does for an append, except
     after memstore's own appends to the same file (``chain``), where it is resumed.
     """
-    if state is None:
+    if state is None or not state.consistent():
         return Change.REPLACED, None
     if state.is_current(fd, st):
         return Change.NONE, None
@@ -201,7 +201,9 @@ class SourceLoader:
         try:
             st = os.fstat(fd)
             chain = read_chain(sync_lock_path(self.path))
-            change, prefix = (Change.REPLACED, None) if full else classify(source.state, fd, st, chain=chain)
+            # A state whose partition or next id cannot be right (a damaged row) is rebuilt from the file.
+            damaged = source.state is not None and (source.part is None or source.next_id <= source.state.rows)
+            change, prefix = (Change.REPLACED, None) if full or damaged else classify(source.state, fd, st, chain=chain)
             state = source.state
             if change is Change.NONE and state is not None:
                 # Nothing new: the source is still known current as of now.

@@ -33,6 +33,27 @@ T = TypeVar("T")
 ATTEMPTS = 3
 """Catch-ups tried in one read while other writers keep changing the file."""
 _STALE = object()
+
+
+def _held_by_file(found: object, data: bytes) -> None:
+    """Every card answered is one the local file holds: a row is only a claim (StaleRowError if not).
+
+    The recorded digest proves the rows were made from these bytes, unless someone with
+    the writer role edited them since; the cards are compared with the file's own.
+    """
+    from memstore.cards import FailureCard
+    from memstore.failure_cards import records_from_bytes
+
+    if not isinstance(found, list) or not found:
+        return
+    held: dict[str, list[FailureCard]] = {}
+    for record in records_from_bytes(data):
+        card = FailureCard.from_dict(record)
+        if card is not None:
+            held.setdefault(card.id, []).append(card)
+    for card in found:
+        if not isinstance(card, FailureCard) or card not in held.get(card.id, []):
+            raise StaleRowError("a card row is not what failures.json holds")
 """The snapshot did not prove the source current: catch up and look again."""
 
 SOURCE_SQL = (
@@ -60,7 +81,9 @@ def shared_engine(url: IndexUrl, purpose: str) -> Any:
 
             # A catch-up may load a whole file: no statement timeout for it (as TeamIndex.reindex).
             timeout = {"statement_timeout_ms": 0} if purpose == "load" else {}
-            engine = create_engine(url, pool_size=2, max_overflow=4, **timeout)
+            # Two idle connections kept; any number more while busy (max_overflow=-1): a catch-up
+            # holds two at once, so a bounded pool deadlocks when enough catch-ups start together.
+            engine = create_engine(url, pool_size=2, max_overflow=-1, **timeout)
             _ENGINES[key] = engine
         return engine
 
@@ -187,16 +210,19 @@ class SharedSource:
         """``answer(conn, sid)`` on a snapshot whose cards were made from exactly the local file's bytes."""
 
         def attempt() -> Any:
-            digest = cards_digest(card_bytes(self.path))
+            data = card_bytes(self.path)
+            digest = cards_digest(data)
             with self._snapshot() as (conn, row):
                 if row is None or row[2] is None or bytes(row[2]) != digest:
                     return _STALE
-                return answer(conn, int(row[0]))
+                found = answer(conn, int(row[0]))
+            _held_by_file(found, data)
+            return found
 
         found: T = self._answer(attempt, self._sync_cards)
         return found
 
-    def _sync_cards(self, _full: bool) -> None:
+    def _sync_cards(self, full: bool) -> None:
         from memstore.failure_cards import records_from_bytes
         from memstore.index.pg.cards import sync_cards
         from memstore.index.pg.loader import register, source_lock
@@ -204,4 +230,4 @@ class SharedSource:
         with raw_connection(self._ensure_schema()) as conn:
             sid = register(conn, self.name)
             with source_lock(conn, self.name):
-                sync_cards(conn, sid, self.path, records_from_bytes)
+                sync_cards(conn, sid, self.path, records_from_bytes, full=full)
