@@ -215,3 +215,25 @@ def test_a_text_body_hash_in_a_damaged_index_is_rebuilt_not_a_traceback(tmp_path
     again = MemoryCatalog(tmp_path)
     again.add("squash, appended by memstore: the chain ends at the file")
     assert _ids(again, "squash") == _scan_ids(again, "squash") != []
+
+
+@pytest.mark.parametrize("damage", ["tail_end = 3", "tail_end = -1", "indexed_to = size + 5", "rows = -2"])
+def test_a_state_whose_numbers_cannot_describe_the_file_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    """A damaged ``source`` row (a tail that is not after the indexed bytes, an offset past the
+    file): the catch-up must rebuild, not drop the newest row for a tail that is not there."""
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(5):
+        catalog.add(f"pumpkins {n}")
+    assert len(_ids(catalog, "pumpkins")) == 5
+    conn = sqlite3.connect(catalog.path.parent / "index" / "memstore.sqlite3")
+    try:
+        conn.execute(f"UPDATE source SET {damage}")
+        conn.commit()
+    finally:
+        conn.close()
+    time.sleep(TICK)
+    with open(catalog.path, "ab") as handle:
+        handle.write((json.dumps(_entry(905, "pumpkins from elsewhere")) + "\n").encode())
+    again = MemoryCatalog(tmp_path)
+    assert _ids(again, "pumpkins") == _scan_ids(again, "pumpkins")
+    assert len(_ids(again, "pumpkins")) == 6
