@@ -7,15 +7,20 @@ sources to worker processes instead, each running exactly the catch-up a thread 
 :mod:`memstore.index.line_worker`: a plain subprocess (no re-import of the caller's
 ``__main__``), length-prefixed pickles over its pipes, both ends this module.  The URL,
 password included, travels over the pipe, never on a command line.  A worker that cannot
-start or dies only means its sources are loaded in the parent.
+start or dies only means its sources are loaded in the parent.  A worker whose parent dies
+mid-load exits at once, before its transaction can commit (:class:`_Orphaned`): a reindex
+that was killed does not go on writing behind the operator's back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
+import select
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +108,11 @@ def main() -> None:
             except EOFError:
                 return
             try:
-                answer: tuple[str, Any] = (
-                    "ok",
-                    team._load(team._engine("load"), name, Path(root), full=full, progress=None),
-                )
+                with _Orphaned(stdin.fileno()):
+                    answer: tuple[str, Any] = (
+                        "ok",
+                        team._load(team._engine("load"), name, Path(root), full=full, progress=None),
+                    )
             except Exception as exc:  # sent back to be raised in the parent, as a thread's would be
                 answer = ("error", exc)
             try:
@@ -115,3 +121,31 @@ def main() -> None:
                 _send(stdout, ("error", RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}")))
     finally:
         team.close()
+
+
+class _Orphaned:
+    """While a load runs, end this process the moment its parent is gone.
+
+    The parent sends nothing while it waits for an answer, so input that becomes readable
+    during a load can only be the end of the pipe: the parent died (or gave up on us).
+    ``os._exit`` then drops the connection, and the server rolls the load back.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._watch, name="memstore-orphan-watch", daemon=True)
+
+    def _watch(self) -> None:
+        ready, _, _ = select.select([self._fd, self._wake_r], [], [])
+        if self._fd in ready and self._wake_r not in ready:
+            os._exit(1)
+
+    def __enter__(self) -> None:
+        self._thread.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        os.write(self._wake_w, b"x")
+        self._thread.join()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
