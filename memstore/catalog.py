@@ -429,7 +429,11 @@ class MemoryCatalog:
             path, reason = "index", ""
             outcome = {"reason": f"the index failed recently: {self._index.error}"}
             indexed = self._explain_shared(tokens, limit, trace, outcome)
-            if indexed is None:
+            # As _ask: a readonly catalog whose shared index failed creates no local index.
+            local = self._shared is None or not (self.readonly and not self.index_path.exists())
+            if indexed is None and not local:
+                outcome["reason"] = "the shared index cannot answer, and a readonly catalog creates no local index"
+            elif indexed is None:
                 indexed = self._index.ask(lambda index: _traced_search(index, tokens, limit, trace, outcome))
             if indexed is not None:
                 found, state = indexed, outcome.get("state")

@@ -178,7 +178,6 @@ def test_a_forged_state_row_claiming_current_hides_an_append(tmp_path: Path, pg_
         assert catalog.show(later.memory_id) == later
 
 
-@pytest.mark.xfail(strict=True, reason="known: explain on a readonly catalog warns twice (later issue)")
 def test_explain_on_a_readonly_catalog_warns_twice(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """``explain`` on a readonly catalog without a local index, whose shared index cannot
     answer, asks the local index anyway (``_explain_shared`` then ``self._index.ask``,
