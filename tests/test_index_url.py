@@ -107,7 +107,7 @@ SECRET = "hunter2-Secret"
         f"postgresql://u@h/db?password={SECRET}",
         f"postgresql://u@h/db?sslmode=require&sslpassword={SECRET}",
         f"postgresql://u:{SECRET}@h/db?password={SECRET}",
-        f"postgresql://u:pa@{SECRET}@h/db",  # an unencoded '@' in the password
+        f"postgresql://u:pa%40{SECRET}@h/db",  # an '@' in the password, encoded
     ],
 )
 def test_a_password_is_never_shown(given: str) -> None:
@@ -128,6 +128,7 @@ def test_a_password_is_never_shown(given: str) -> None:
         f"postgresql://u:{SECRET}@h/db#frag",
         f"host=h password={SECRET} dbname=db",
         f"postgresql://u:{SECRET}@h/db/extra",
+        f"postgresql://u:pa@{SECRET}@h/db",  # an unencoded '@': parsers disagree where the password ends
     ],
 )
 def test_a_password_is_not_shown_in_refusals_either(given: str) -> None:
