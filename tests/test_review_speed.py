@@ -124,15 +124,18 @@ def test_a_worker_killed_mid_load_leaves_nothing_half_visible(
 
 _PARENT = textwrap.dedent(
     """
-    import sys
+    import sys, threading
     from pathlib import Path
     from memstore import team_index
     from memstore.index.pg import load_worker
     team_index.PROCESS_BYTES = 1
     real_start = load_worker.LoadWorker.start
+    printing = threading.Lock()
     def start(url):
         worker = real_start(url)
-        print(worker.process.pid, flush=True)
+        with printing:  # two loader threads start workers at once: one whole line each
+            sys.stdout.write(f"{worker.process.pid}\\n")
+            sys.stdout.flush()
         return worker
     load_worker.LoadWorker.start = staticmethod(start)
     roots = dict(zip(sys.argv[2::2], sys.argv[3::2]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pg_server
 import pytest
 from spec_reference import spec_search
 from test_index_differential import reference, write_raw
@@ -23,10 +24,13 @@ RUNS = 8
 
 
 def test_repeated_searches_equal_the_scan_with_walks_and_odd_rows(
-    tmp_path: Path, pg_writer_url: str, pg_reader_url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, pg_database: pg_server.PgUrls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A piece of hundreds of terms ("word" in word0 … word599) is walked (docs: dense pieces)."""
-    team = Team(tmp_path, pg_writer_url, pg_reader_url, 2)
+    """A piece of hundreds of terms ("word" in word0 … word599) is walked (docs: dense pieces).
+
+    Its own database: the search spans every source, and other tests add theirs to the shared one.
+    """
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
     walks: list[int] = []
     real_walk = pg_search.PgSearch.walk
 
