@@ -48,6 +48,25 @@ def _receive(stream: IO[bytes]) -> Any:
     return pickle.loads(data)
 
 
+def spawn(boot: str) -> subprocess.Popen[bytes] | None:
+    """A Python subprocess running ``boot`` with this memstore importable, its pipes ours; None if it cannot start.
+
+    Isolated (``-I``: no user site, no ``PYTHON*`` variables) and not a re-import of the
+    caller's ``__main__``; its stderr is discarded, so a dying worker prints nothing.
+    """
+    root = str(Path(memstore.__file__).resolve().parent.parent)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", "-c", boot, root],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
+    except OSError:
+        return None
+
+
 def _read_frame(stream: IO[bytes]) -> bytes | None:
     head = stream.read(_LENGTH.size)
     if len(head) != _LENGTH.size:
@@ -84,16 +103,8 @@ class LineWorker:
     @classmethod
     def start(cls, path: Path, identity: tuple[int, int]) -> LineWorker | None:
         """A running worker for the file ``path`` with (dev, ino) ``identity``; None when it cannot start."""
-        root = str(Path(memstore.__file__).resolve().parent.parent)
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOT, root],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                close_fds=True,
-            )
-        except OSError:
+        process = spawn(_BOOT)
+        if process is None:
             return None
         worker = cls(process)
         if not worker._write((str(path), identity)):

@@ -24,8 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import memstore
-from memstore.index.line_worker import _receive, _send
+from memstore.index.line_worker import _receive, _send, spawn
 from memstore.team_report import TeamSourceReport
 
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from memstore.index.pg.load_worker import main; main()"
@@ -41,16 +40,8 @@ class LoadWorker:
     @classmethod
     def start(cls, url: Any) -> LoadWorker | None:
         """A worker loading into the index at ``url`` (an IndexUrl); None when it cannot start."""
-        root = str(Path(memstore.__file__).resolve().parent.parent)
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOT, root],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                close_fds=True,
-            )
-        except OSError:
+        process = spawn(_BOOT)
+        if process is None:
             return None
         worker = cls(process)
         return worker if worker._write(url) else None
