@@ -89,10 +89,16 @@ def check_source_name(name: object) -> str:
 
 
 class TeamIndex:
-    """A team index on PostgreSQL, named by its URL (``postgresql://role@host/db``)."""
+    """A team index on PostgreSQL, named by its URL (``postgresql://role@host/db``).
 
-    def __init__(self, url: str | IndexUrl) -> None:
+    ``read_deadline_s`` bounds each search, ``find_matching`` and ``sources`` on the
+    client, whatever the server does (default: the statement timeout plus 5 s, or
+    ``$MEMSTORE_PG_READ_DEADLINE``); past it the read raises IndexServerError.
+    """
+
+    def __init__(self, url: str | IndexUrl, *, read_deadline_s: float | None = None) -> None:
         self.url = parse_index_url(url) if isinstance(url, str) else url
+        self._read_deadline_s = _check_deadline(read_deadline_s)
         self._engines: dict[str, Engine] = {}
 
     def __repr__(self) -> str:
@@ -104,7 +110,10 @@ class TeamIndex:
             from memstore.index.pg_connect import create_engine
 
             # Loads run COPY and index builds that may take minutes: no statement timeout.
-            engine = create_engine(self.url, statement_timeout_ms=0) if purpose == "load" else create_engine(self.url)
+            if purpose == "load":
+                engine = create_engine(self.url, statement_timeout_ms=0)
+            else:
+                engine = create_engine(self.url, read_deadline_s=self._read_deadline_s)
             self._engines[purpose] = engine
         return engine
 
@@ -406,6 +415,14 @@ class TeamIndex:
         if entry is None:
             raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: a stored line no longer decodes")
         return entry
+
+
+def _check_deadline(seconds: object) -> float | None:
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < float("inf"):
+        raise InvalidArgumentError(f"read_deadline_s must be a number of seconds >= 0 (0: no limit): {seconds!r}")
+    return float(seconds)
 
 
 def _pending(checked: Sequence[tuple[str, Path]], indexed: Mapping[str, int], *, full: bool) -> int:

@@ -46,7 +46,7 @@ def home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPat
 # server can be started the tests that need it are skipped with the reason; with CI=true
 # they fail instead, so CI can never pass by skipping them.
 
-PG_FIXTURES = frozenset({"pg_cluster", "pg_urls", "pg_writer_url", "pg_reader_url", "pg_database"})
+PG_FIXTURES = frozenset({"pg_cluster", "pg_urls", "pg_writer_url", "pg_reader_url", "pg_database", "pg_own_cluster"})
 
 
 def _pg_unavailable(reason: str) -> NoReturn:
@@ -77,10 +77,26 @@ def pg_cluster() -> Iterator[pg_server.Cluster]:
         cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def pg_own_cluster() -> Iterator[pg_server.Cluster]:
+    """A server of this test module's own, for tests that stop or freeze it (the session's is not disturbed)."""
+    try:
+        cluster: pg_server.Cluster | None = pg_server.start_cluster()
+    except pg_server.ClusterUnavailable as exc:
+        cluster, reason = None, str(exc)
+    if cluster is None:
+        _pg_unavailable(reason)
+    try:
+        yield cluster
+    finally:
+        pg_server.thaw(cluster)
+        cluster.stop()
+
+
 @pytest.fixture(autouse=True)
 def _pg_marked(request: pytest.FixtureRequest) -> None:
     """A test marked ``pg`` gets the server (or its skip/failure) even if it names no fixture."""
-    if request.node.get_closest_marker("pg") is not None:
+    if request.node.get_closest_marker("pg") is not None and "pg_own_cluster" not in request.fixturenames:
         request.getfixturevalue("pg_cluster")
 
 

@@ -323,6 +323,50 @@ def drop_database(cluster: Cluster, name: str) -> None:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def server_processes(cluster: Cluster) -> list[int]:
+    """The postmaster's pid and its children's (backends, checkpointer, ...), read from /proc."""
+    try:
+        postmaster = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    found = [postmaster]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # Field 4 of /proc/PID/stat, after the ")" that ends the command name.
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    found.append(int(entry.name))
+    return found
+
+
+def _signal_all(pids: Sequence[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+@contextlib.contextmanager
+def frozen(cluster: Cluster) -> Iterator[None]:
+    """The whole server stopped (SIGSTOP) for the block: open connections stay open, nothing answers."""
+    pids = server_processes(cluster)
+    if not pids:
+        raise ClusterUnavailable("no running server to freeze")
+    _signal_all(pids, signal.SIGSTOP)
+    # A child forked while the list was read (an autovacuum worker): the postmaster is stopped now.
+    late = [pid for pid in server_processes(cluster) if pid not in pids]
+    _signal_all(late, signal.SIGSTOP)
+    pids += late
+    try:
+        yield
+    finally:
+        _signal_all(pids, signal.SIGCONT)
+
+
+def thaw(cluster: Cluster) -> None:
+    """SIGCONT to every server process (a test that failed inside :func:`frozen` cannot leave it stopped)."""
+    _signal_all(server_processes(cluster), signal.SIGCONT)
+
+
 @contextlib.contextmanager
 def running_cluster(*, settings: Mapping[str, str] | None = None) -> Iterator[Cluster]:
     """Start a cluster, yield it, always stop it (for scripts and benchmarks outside pytest)."""

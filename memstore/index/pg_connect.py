@@ -8,8 +8,24 @@ locks (``idle_in_transaction_session_timeout``).  Plans are made for each query'
 terms (``plan_cache_mode``).  The settings travel in libpq's startup ``options``, so
 they cost no round trip; settings the URL already names win.
 
+The server enforces those, so a server that stops answering (stopped processes, a
+network partition with no reset) enforces none of them.  Two client-side limits
+cover that:
+
+- TCP keepalives and ``tcp_user_timeout``: the kernel closes a TCP connection whose
+  peer stopped acknowledging (idle: after about ``keepalives_idle`` plus
+  ``keepalives_interval`` times ``keepalives_count`` seconds; with data unacknowledged:
+  after ``tcp_user_timeout``).  libpq ignores them on Unix sockets, and a stopped
+  server process on a live host still has its kernel acknowledging.
+- Every connection is a :class:`~memstore.index.pg_deadline.BoundedConnection`: a read
+  (one checkout through :func:`connect` or :func:`memstore.index.pg.conn.raw_connection`)
+  ends within ``read_deadline_s`` (default: the statement timeout plus 5 s;
+  ``$MEMSTORE_PG_READ_DEADLINE``), whatever the server does, and its broken connection
+  is discarded, never pooled again.  An engine with no statement timeout (a load's)
+  bounds each single wait by ``load_wait_s`` instead (600 s; ``$MEMSTORE_PG_LOAD_WAIT``).
+
 Failures become :class:`~memstore.errors.IndexServerError` (down, unreachable, too
-slow) or :class:`~memstore.errors.IndexAuthError` (the server said no), with a
+slow, silent) or :class:`~memstore.errors.IndexAuthError` (the server said no), with a
 one-line message that names the URL without its password.  Imported only when a
 PostgreSQL URL is used: it loads SQLAlchemy and psycopg.
 """
@@ -27,6 +43,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, make_url
 
 from memstore.errors import IndexAuthError, IndexExtensionError, IndexServerError, IndexUrlError
+from memstore.index.pg_deadline import (
+    BoundedConnection,
+    ServerSilentError,
+    default_load_wait,
+    default_read_deadline,
+    read_deadline,
+)
 from memstore.index_url import IndexUrl, parse_index_url, redact
 
 APPLICATION_NAME = "memstore"
@@ -34,6 +57,10 @@ CONNECT_TIMEOUT_S = 5
 STATEMENT_TIMEOUT_MS = 30_000
 LOCK_TIMEOUT_MS = 10_000
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 300_000
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 15, "keepalives_interval": 5, "keepalives_count": 3}
+"""A dead TCP peer of an idle connection is found in about 30 s (the kernel's default: over 2 hours)."""
+TCP_USER_TIMEOUT_MS = 30_000
+"""Data the peer has not acknowledged for this long closes the TCP connection (overrides keepalives' count)."""
 MIN_SERVER_VERSION = 150_000
 """PostgreSQL 15: the version the issue targets (pg_trgm is a trusted extension from 13 on)."""
 TRGM = "pg_trgm"
@@ -53,6 +80,8 @@ TrgmState = Literal["installed", "available", "missing"]
 
 _URLS: weakref.WeakKeyDictionary[Engine, IndexUrl] = weakref.WeakKeyDictionary()
 """Each engine's URL as the user wrote it: messages show that, not SQLAlchemy's re-encoding."""
+_DEADLINES: weakref.WeakKeyDictionary[Engine, float] = weakref.WeakKeyDictionary()
+"""Each engine's read deadline in seconds (0: none, a load engine)."""
 
 
 @dataclass(frozen=True)
@@ -78,13 +107,20 @@ def create_engine(
     idle_in_transaction_timeout_ms: int = IDLE_IN_TRANSACTION_TIMEOUT_MS,
     pool_size: int = 5,
     max_overflow: int = 5,
+    read_deadline_s: float | None = None,
+    load_wait_s: float | None = None,
 ) -> Engine:
     """An engine for ``url`` with memstore's connection settings; nothing is connected yet.
 
     A timeout of 0 means none (a bulk ``reindex`` may want ``statement_timeout_ms=0``).
     Pooled connections are pinged before use, so a restarted server costs one retry,
-    not an error.
+    not an error.  ``read_deadline_s`` bounds each read on the client (None: the
+    default, see the module; 0: none); an engine without one bounds each wait by
+    ``load_wait_s``.
     """
+    if read_deadline_s is None:
+        read_deadline_s = default_read_deadline(statement_timeout_ms)
+    wait_limit = read_deadline_s or (default_load_wait() if load_wait_s is None else load_wait_s)
     index_url = parse_index_url(url) if isinstance(url, str) else url
     try:
         sa_url = make_url(index_url.sqlalchemy_url)
@@ -109,6 +145,8 @@ def create_engine(
         connect_args["connect_timeout"] = connect_timeout_s
     if "application_name" not in query:
         connect_args["application_name"] = APPLICATION_NAME
+    tcp: dict[str, int] = {**KEEPALIVES, "tcp_user_timeout": TCP_USER_TIMEOUT_MS}
+    connect_args.update({name: value for name, value in tcp.items() if name not in query})
     engine = sa.create_engine(
         sa_url,
         connect_args=connect_args,
@@ -118,7 +156,18 @@ def create_engine(
         hide_parameters=True,
     )
     _URLS[engine] = index_url
+    _DEADLINES[engine] = read_deadline_s
+
+    @sa.event.listens_for(engine, "do_connect")
+    def bounded(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> BoundedConnection:
+        return BoundedConnection.connect_bounded(wait_limit, *cargs, **cparams)
+
     return engine
+
+
+def engine_deadline(engine: Engine) -> contextlib.AbstractContextManager[None]:
+    """The deadline of one read on ``engine``: wrap the whole checkout in it (none for a load engine)."""
+    return read_deadline(_DEADLINES.get(engine))
 
 
 def server_error(exc: BaseException, url: IndexUrl | str) -> IndexServerError:
@@ -132,6 +181,8 @@ def server_error(exc: BaseException, url: IndexUrl | str) -> IndexServerError:
         text = text.replace(secret, "***")
     text = redact(text)
     lowered = text.lower()
+    if isinstance(original, ServerSilentError):
+        return IndexServerError(f"PostgreSQL index {shown}: {text}")
     if type(original).__name__ == "ConnectionTimeout" or "timeout expired" in lowered:
         return IndexServerError(f"PostgreSQL index {shown}: no answer within the connect timeout ({text})")
     if any(marker in lowered for marker in _AUTH_MARKERS):
@@ -154,13 +205,14 @@ def _secrets(url: IndexUrl | None) -> list[str]:
 
 @contextlib.contextmanager
 def connect(engine: Engine) -> Iterator[Connection]:
-    """A pooled connection; any failure to reach or log in becomes a typed error."""
-    try:
-        conn = engine.connect()
-    except (sa.exc.DBAPIError, OSError) as exc:
-        raise server_error(exc, _engine_url(engine)) from None
-    with conn:
-        yield conn
+    """A pooled connection, within the engine's read deadline; any failure to reach or log in becomes a typed error."""
+    with engine_deadline(engine):
+        try:
+            conn = engine.connect()
+        except (sa.exc.DBAPIError, OSError) as exc:
+            raise server_error(exc, _engine_url(engine)) from None
+        with conn:
+            yield conn
 
 
 @contextlib.contextmanager

@@ -4,7 +4,9 @@ The team index speaks psycopg directly (COPY, cursors, arrays) on connections th
 SQLAlchemy pool hands out (:mod:`memstore.index.pg_connect` sets their timeouts).
 Each is used in autocommit mode with explicit ``BEGIN``/``COMMIT``, so no
 transaction characteristic survives its return to the pool, and returned with no
-transaction open; a connection that broke is discarded, never pooled again.
+transaction open; a connection that broke is discarded, never pooled again.  One
+checkout is one read: it runs within the engine's read deadline
+(:mod:`memstore.index.pg_deadline`), checkout and return included.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from psycopg.pq import TransactionStatus
 from sqlalchemy.engine import Engine
 
 from memstore.errors import IndexAuthError, IndexServerError, MemstoreError
-from memstore.index.pg_connect import _engine_url, server_error
+from memstore.index.pg_connect import _engine_url, engine_deadline, server_error
 from memstore.index_url import redact
 
 LOCK_SPACE = 0x6D656D73
@@ -52,30 +54,31 @@ DB_ERRORS = (psycopg.Error, sa.exc.DBAPIError, OSError)
 
 @contextlib.contextmanager
 def raw_connection(engine: Engine) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
-    """A pooled psycopg connection in autocommit mode; errors become typed errors."""
-    try:
-        fairy = engine.raw_connection()
-    except DB_ERRORS as exc:
-        raise database_error(exc, engine) from None
-    conn = fairy.driver_connection
-    assert isinstance(conn, psycopg.Connection)
-    broken = False
-    try:
-        conn.autocommit = True
-        yield conn
-    except MemstoreError:
-        raise  # already typed (a StorageError is an OSError, and not the server's)
-    except DB_ERRORS as exc:
-        broken = conn.closed or conn.broken
-        raise database_error(exc, engine) from None
-    finally:
-        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-            try:
-                conn.execute("ROLLBACK")
-            except psycopg.Error:
-                broken = True
-        if broken or conn.closed:
-            fairy.invalidate()
-        else:
-            conn.autocommit = False
-        fairy.close()
+    """A pooled psycopg connection in autocommit mode, within the read deadline; errors become typed errors."""
+    with engine_deadline(engine):
+        try:
+            fairy = engine.raw_connection()
+        except DB_ERRORS as exc:
+            raise database_error(exc, engine) from None
+        conn = fairy.driver_connection
+        assert isinstance(conn, psycopg.Connection)
+        broken = False
+        try:
+            conn.autocommit = True
+            yield conn
+        except MemstoreError:
+            raise  # already typed (a StorageError is an OSError, and not the server's)
+        except DB_ERRORS as exc:
+            broken = conn.closed or conn.broken
+            raise database_error(exc, engine) from None
+        finally:
+            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    broken = True
+            if broken or conn.closed:
+                fairy.invalidate()
+            else:
+                conn.autocommit = False
+            fairy.close()
