@@ -42,6 +42,8 @@ from memstore.scan import ScanResult
 SOURCE_NAME = "memory"
 BATCH_ROWS = 20_000
 BULK_HASHSIZE = 64 * 1024 * 1024
+COUNTED_IN_FTS5 = 64
+"""Removed rows from which their terms are counted by FTS5 (fewer: in Python, no scratch table)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,22 +269,33 @@ class CatalogIndex(IndexedSource):
 
     @staticmethod
     def _delete_rows(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
-        """Remove rows, their FTS entries, their terms and their tags (counts stay exact)."""
-        terms: vocabulary.TermCounts = Counter()
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            marks = ",".join("?" * len(chunk))
-            held = conn.execute(f"SELECT id, c, t, mc, mt FROM doc WHERE odd = 0 AND id IN ({marks})", chunk).fetchall()
-            for _row_id, content, tags, content_marks, tag_marks in held:
+        """Remove rows, their FTS entries, their terms and their tags (counts stay exact).
+
+        Each statement writing ``doc_fts`` opens a statement savepoint, at which FTS5
+        flushes its pending terms as a new segment and may merge segments (a common term's
+        whole doclist at a time): so all rows go in one statement per table, in id order,
+        and FTS5 flushes once, at commit (over ten times faster at 1M entries than 500 rows per statement).
+        """
+        if not ids:
+            return
+        wanted = json.dumps(sorted(set(ids)))
+        chosen = "id IN (SELECT value FROM json_each(?))"
+        held = f"SELECT c, t, mc, mt FROM doc WHERE odd = 0 AND {chosen}"
+        terms: vocabulary.TermCounts
+        if len(ids) >= COUNTED_IN_FTS5:
+            terms = vocabulary.rows_counted(conn, held, (wanted,))
+        else:  # a catch-up's re-read tail: not worth a scratch table
+            terms = Counter()
+            for content, tags, content_marks, tag_marks in conn.execute(held, (wanted,)):
                 vocabulary.row_terms(terms, content, tags, content_marks, tag_marks)
-            conn.execute(
-                f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
-                f" WHERE id IN ({marks})",
-                chunk,
-            )
-            conn.execute(f"DELETE FROM doc WHERE id IN ({marks})", chunk)
-            conn.execute(f"DELETE FROM pos WHERE id IN ({marks})", chunk)
-        # Once for all the rows: a common term is counted down in one UPDATE, not one per chunk.
+        conn.execute(
+            f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
+            f" WHERE {chosen} ORDER BY id",
+            (wanted,),
+        )
+        conn.execute(f"DELETE FROM doc WHERE {chosen}", (wanted,))
+        conn.execute(f"DELETE FROM pos WHERE {chosen}", (wanted,))
+        # Once for all the rows: a common term is counted down in one UPDATE.
         vocabulary.remove(conn, terms)
 
     # ------------------------------------------------------------------ answers

@@ -42,6 +42,40 @@ def row_terms(counts: TermCounts, content: str, tags: str, content_marks: str, t
     counts.update((TAG_MARKS, term) for term in tag_marks.split())
 
 
+_SCRATCH = "memstore_counted"
+SCRATCH_HASHSIZE = 256 * 1024 * 1024
+"""Pending bytes the scratch table holds before it writes a segment."""
+_SCRATCH_VOCAB = "memstore_counted_vocab"
+
+
+def rows_counted(conn: sqlite3.Connection, select: str, params: tuple[object, ...]) -> TermCounts:
+    """The counts of the rows ``select`` yields (c, t, mc, mt), as FTS5's own tokenizer files them.
+
+    The rows go into a scratch FTS5 table with doc_fts's tokenizer and detail; its
+    ``col`` vocabulary is then what they hold in doc_fts (each term once per row and
+    column), counted in C: about twice as fast as :func:`row_terms` over each row.
+    """
+    conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH_VOCAB}")
+    conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH}")
+    conn.execute(
+        f"CREATE VIRTUAL TABLE temp.{_SCRATCH} USING fts5(c, t, mc, mt, tokenize='ascii', detail=column, columnsize=0)"
+    )
+    try:
+        # Held in memory until the table is read: FTS5 writes no segment to merge.
+        conn.execute(f"INSERT INTO temp.{_SCRATCH}({_SCRATCH}, rank) VALUES ('hashsize', ?)", (SCRATCH_HASHSIZE,))
+        conn.execute(f"INSERT INTO temp.{_SCRATCH}(c, t, mc, mt) {select}", params)
+        conn.execute(f"CREATE VIRTUAL TABLE temp.{_SCRATCH_VOCAB} USING fts5vocab(temp, {_SCRATCH}, 'col')")
+        return Counter(
+            {
+                (COLUMN_KINDS[column], term): n
+                for term, column, n in conn.execute(f"SELECT term, col, doc FROM temp.{_SCRATCH_VOCAB}")
+            }
+        )
+    finally:
+        conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH_VOCAB}")
+        conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH}")
+
+
 def _columns(kind: int, value: str) -> tuple[str, str]:
     return (value, "") if kind == CONTENT else ("", value)
 
