@@ -11,7 +11,9 @@ Measured, for each backend:
   ``--repeats`` times each, every answer equal to the scan;
 * a full load: rows/s (SQLite: ``reindex --full`` of the file; PostgreSQL: every source
   loaded with COPY, two at a time);
-* catch-up of one appended line (SQLite: the file; PostgreSQL: one source);
+* catch-up of one line appended by another tool (the whole indexed prefix is proven) and
+  of one line memstore added (its append chain vouches for the prefix): SQLite the file,
+  PostgreSQL one source;
 * ``--searchers`` processes searching the mix and ``--indexers`` processes appending one
   line and catching up, for ``--seconds``: searches/s, p50/p95, errors.
 
@@ -225,6 +227,13 @@ def run_sqlite(union_root: Path, scan: MemoryScan, rows: int, args: argparse.Nam
         catalog.reindex()
         catch_ups.append(time.perf_counter() - started)
     result["catch_up_one_line_ms"] = spread_ms(catch_ups)
+    added = []
+    for number in range(CATCHUP_ROUNDS):
+        catalog.add(f"added line {number} for the catch-up probe", tags=["bench"])
+        started = time.perf_counter()
+        catalog.reindex()
+        added.append(time.perf_counter() - started)
+    result["catch_up_one_add_ms"] = spread_ms(added)
     result["concurrent"] = concurrent("sqlite", str(union_root), str(union_root), {}, searchers=args.searchers,
                                       indexers=args.indexers, seconds=args.seconds)
     return result
@@ -234,6 +243,7 @@ def run_pg(roots: dict[str, Path], scan: MemoryScan, rows: int, args: argparse.N
     sys.path.insert(0, str(TESTS))
     import pg_server
 
+    from memstore.catalog import MemoryCatalog
     from memstore.team_index import TeamIndex
 
     with pg_server.running_cluster(settings=DURABLE) as cluster:
@@ -261,6 +271,16 @@ def run_pg(roots: dict[str, Path], scan: MemoryScan, rows: int, args: argparse.N
             catch_ups.append(time.perf_counter() - started)
             assert action == "appended", action
         result["catch_up_one_line_ms"] = spread_ms(catch_ups)
+        # A line memstore adds is known to be an append (the append chain): no proof of the prefix.
+        source = MemoryCatalog(roots[first])
+        added = []
+        for number in range(CATCHUP_ROUNDS):
+            source.add(f"added line {number} for the catch-up probe", tags=["bench"])
+            started = time.perf_counter()
+            action = writer.reindex({first: roots[first]}).sources[0].action
+            added.append(time.perf_counter() - started)
+            assert action == "appended", action
+        result["catch_up_one_add_ms"] = spread_ms(added)
         writer.close()
         reader.close()
         result["concurrent"] = concurrent("pg", urls.reader, urls.writer, roots, searchers=args.searchers,
@@ -301,6 +321,8 @@ def markdown(figures: dict[str, Any]) -> str:
         row("full load (s)", lambda b: b["load_seconds"]),
         row("catch-up of one appended line p50 / p95 (ms)",
             lambda b: f"{b['catch_up_one_line_ms']['p50']} / {b['catch_up_one_line_ms']['p95']}"),
+        row("catch-up of one line memstore added p50 / p95 (ms)",
+            lambda b: f"{b['catch_up_one_add_ms']['p50']} / {b['catch_up_one_add_ms']['p95']}"),
         row(f"{conc}: searches/s", lambda b: b["concurrent"]["searches_per_s"]),
         row(f"{conc}: search p50 / p95 (ms)",
             lambda b: f"{b['concurrent']['search_ms']['p50']} / {b['concurrent']['search_ms']['p95']}"),

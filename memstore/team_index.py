@@ -158,6 +158,12 @@ class TeamIndex:
         threads = max(1, min(workers, len(checked) or 1))
         in_processes = progress is None and threads > 1 and _pending(checked, indexed, full=full) >= PROCESS_BYTES
         load = self._loader_in_processes(full=full) if in_processes else None
+        if load is None and threads == 1:
+            # One at a time: no thread to start (a catch-up of one line is a few milliseconds).
+            reports = [self._load(engine, *item, full=full, progress=progress) for item in checked]
+            return TeamReindexReport(
+                self.url.redacted(), schema, tuple(reports), round(time.perf_counter() - started, 6)
+            )
         with ThreadPoolExecutor(max_workers=threads) as pool:
             if load is None:
                 reports = list(pool.map(lambda item: self._load(engine, *item, full=full, progress=progress), checked))
@@ -172,11 +178,13 @@ class TeamIndex:
         from memstore.index.pg.conn import raw_connection
         from memstore.index.pg.loader import register
 
+        if len(names) < 2:
+            # One source: its catch-up registers it (no order to keep), and loads in this
+            # process whatever it holds, so there is nothing to know beforehand.
+            return {}
         with raw_connection(self._engine("load")) as conn:
             for name in names:
                 register(conn, name)
-            if len(names) < 2:
-                return {}  # one source loads in this process whatever it holds: no need to know
             rows = conn.execute(
                 "SELECT name, coalesce(indexed_to, 0) FROM team_source WHERE name = ANY(%s)", (list(names),)
             ).fetchall()

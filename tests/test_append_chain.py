@@ -301,3 +301,56 @@ def test_the_team_index_follows_memstores_appends_on_the_chain_too(
         assert counter.whole == 1
         got = [hit.entry.memory_id for hit in team.search("gourd", limit=100, sources=[name]).hits]
         assert got == _scan_ids(catalog, "gourd")
+
+
+class ChainReads:
+    """How many times the append chain is read from its lock file (each read opens the file)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = AppendChain.read.__func__  # type: ignore[attr-defined]
+
+        def counted(cls: type[AppendChain], fd: int) -> AppendChain | None:
+            self.count += 1
+            chain: AppendChain | None = real(cls, fd)
+            return chain
+
+        monkeypatch.setattr(AppendChain, "read", classmethod(counted))
+
+
+def test_a_catch_up_reads_the_append_chain_once(catalog: MemoryCatalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chain that classified the change is the one the new state is anchored on: no second open."""
+    assert _ids(catalog, "pumpkins")
+    counter = ProofCounter(monkeypatch)
+    reads = ChainReads(monkeypatch)
+    for n in range(3):
+        catalog.add(f"fresh squash {n}")
+        reads.count = 0
+        assert catalog.reindex().action == "appended"
+        assert reads.count == 1
+    assert counter.whole == 0  # every catch-up was still anchored on the chain
+    assert _ids(catalog, "squash") == _scan_ids(catalog, "squash")
+
+
+def test_a_team_catch_up_reads_the_append_chain_once(
+    tmp_path: Path, pg_writer_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstore.team_index import TeamIndex
+
+    root = tmp_path / "repo"
+    catalog = MemoryCatalog(root)
+    for n in range(30):
+        catalog.add(f"seed note {n} about pumpkins")
+    name = f"chain-once-{tmp_path.name}"
+    with TeamIndex(pg_writer_url) as team:
+        assert team.reindex({name: root}).sources[0].action == "built"
+        counter = ProofCounter(monkeypatch)
+        reads = ChainReads(monkeypatch)
+        for n in range(3):
+            catalog.add(f"gourd {n}")
+            reads.count = 0
+            assert team.reindex({name: root}).sources[0].action == "appended"
+            assert reads.count == 1
+        assert counter.whole == 0
+        got = [hit.entry.memory_id for hit in team.search("gourd", limit=100, sources=[name]).hits]
+        assert got == _scan_ids(catalog, "gourd")

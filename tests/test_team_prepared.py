@@ -78,3 +78,14 @@ def test_walk_end_rolls_back_only_after_an_error() -> None:
         "SET LOCAL statement_timeout TO DEFAULT",
         "RELEASE SAVEPOINT memstore_walk",
     ]
+
+
+def test_team_connections_never_jit_compile(pg_reader_url: str, pg_writer_url: str) -> None:
+    """A walk's cursor is planned for all its rows, so its cost passes jit_above_cost at 1M entries:
+    the first FETCH of 16 rows then spent ~60 ms compiling (benchmarks/results/team-1m.md)."""
+    from memstore.team_index import TeamIndex
+
+    for url, purpose in ((pg_reader_url, "read"), (pg_writer_url, "load")):
+        with TeamIndex(url) as team, raw_connection(team._engine(purpose)) as conn:
+            row = conn.execute("SHOW jit").fetchone()
+            assert row is not None and row[0] == "off", purpose

@@ -137,10 +137,13 @@ class IndexedSource:
         change: Change,
         state: SourceState | None,
         prefix: PrefixDigest | None,
+        *,
+        chain: AppendChain | None = None,
     ) -> int:
         """Bring this source's rows level with the open file; returns the row count.
 
-        ``prefix`` (GROWN only) is the verified digest of the old indexed prefix.
+        ``prefix`` (GROWN only) is the verified digest of the old indexed prefix; ``chain`` the
+        append chain read once for this catch-up, right after ``st`` was taken.
         """
         raise NotImplementedError
 
@@ -270,13 +273,14 @@ class IndexedSource:
                 current = _identity_at(self.source_path)
                 if current is not None and current != (st.st_dev, st.st_ino):
                     raise SourceMovedError(self.source_path)
+            chain = self.append_chain()
             if state is None or force:
                 change, prefix = Change.REPLACED, None
             else:
-                change, prefix = state.classify(fd, st, chain=self.append_chain())
+                change, prefix = state.classify(fd, st, chain=chain)
             if change is Change.NONE:
                 return RefreshReport(str(self.source_path), "none", state.rows if state else 0, seconds=0.0)
-            rows = self._apply_change(conn, fd, st, change, state, prefix)
+            rows = self._apply_change(conn, fd, st, change, state, prefix, chain=chain)
             if SourceState.load(conn, self.SOURCE_NAME) is None:
                 raise SourceChangedError(self.source_path)
         if change is Change.REPLACED:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from memstore.append_chain import AppendChain
 from memstore.card_match import (
     ERROR_TYPE_POINTS,
     KEYWORD_POINTS,
@@ -60,6 +61,8 @@ class CardIndex(IndexedSource):
         change: Change,
         state: SourceState | None,
         prefix: PrefixDigest | None,
+        *,
+        chain: AppendChain | None = None,
     ) -> int:
         # A JSON array is rewritten whole: whatever changed, the rows are rebuilt.  A file
         # over the cap holds no cards, as for the storage's own read.

@@ -141,7 +141,8 @@ class CatalogIndex(IndexedSource):
             conn.execute("BEGIN")
             for name, _sql in indexes:
                 conn.execute(f'DROP INDEX "{name}"')
-            self._ingest(conn, fd, os.fstat(fd), rebuild=True, state=None)
+            st = os.fstat(fd)
+            self._ingest(conn, fd, st, rebuild=True, state=None, chain=self.append_chain())
             for _name, sql in indexes:
                 conn.execute(sql)
             conn.execute("COMMIT")
@@ -156,9 +157,13 @@ class CatalogIndex(IndexedSource):
         change: Change,
         state: SourceState | None,
         prefix: PrefixDigest | None,
+        *,
+        chain: AppendChain | None = None,
     ) -> int:
         rebuild = change is Change.REPLACED
-        return self._ingest(conn, fd, st, rebuild=rebuild, state=state, prefix=None if rebuild else prefix).rows
+        return self._ingest(
+            conn, fd, st, rebuild=rebuild, state=state, prefix=None if rebuild else prefix, chain=chain
+        ).rows
 
     def _ingest(
         self,
@@ -169,6 +174,7 @@ class CatalogIndex(IndexedSource):
         rebuild: bool,
         state: SourceState | None,
         prefix: PrefixDigest | None = None,
+        chain: AppendChain | None,
     ) -> _Ingest:
         if rebuild or state is None:
             self._clear(conn)
@@ -225,7 +231,7 @@ class CatalogIndex(IndexedSource):
             blank=ingest.blank,
             prefix=prefix,
             seen=seen,
-            chain=self.append_chain(),
+            chain=chain,
         )
         record_state(conn, SOURCE_NAME, state)
         return ingest

@@ -5,7 +5,7 @@ error instead of a frozen agent: the connection attempt (``connect_timeout``), e
 statement (``statement_timeout``), each lock wait, advisory locks included
 (``lock_timeout``), and a client that sits idle inside a transaction while holding
 locks (``idle_in_transaction_session_timeout``).  Plans are made for each query's own
-terms (``plan_cache_mode``).  The settings travel in libpq's startup ``options``, so
+terms (``plan_cache_mode``), and never JIT-compiled (``jit``).  The settings travel in libpq's startup ``options``, so
 they cost no round trip; settings the URL already names win.
 
 The server enforces those, so a server that stops answering (stopped processes, a
@@ -134,6 +134,10 @@ def create_engine(
         # psycopg prepares a statement after 5 runs; a generic plan cannot see that this
         # term is rare and that one common (docs/postgres-notes.md: 30x slower top-k).
         "plan_cache_mode": "force_custom_plan",
+        # A walk's cursor is planned for all its rows (cost in the hundreds of thousands at 1M
+        # entries), so the server JIT-compiles it on the first FETCH: 60 ms to return 16 rows
+        # that take 0.5 ms without (docs/postgres-notes.md).  No statement here gains from it.
+        "jit": "off",
     }
     options = " ".join(f"-c {name}={value}" for name, value in settings.items())
     given = query.get("options")

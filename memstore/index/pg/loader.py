@@ -36,6 +36,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.sql import SQL
 from sqlalchemy.engine import Engine
 
 from memstore.append_chain import AppendChain, read_chain
@@ -146,17 +147,29 @@ def classify(
 
 
 @contextlib.contextmanager
-def source_lock(conn: PgConn, name: str) -> Iterator[None]:
-    """Hold the source's advisory lock (session level) for the whole catch-up."""
-    with conn.transaction():
-        conn.execute(f"SET LOCAL lock_timeout = '{SOURCE_LOCK_TIMEOUT}'")
-        conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (LOCK_SPACE, name))
+def source_lock(conn: PgConn, name: str) -> Iterator[list[int]]:
+    """Hold the source's advisory lock (session level) for the whole catch-up.
+
+    One round trip each way: the lock is taken in one multi-statement query, and the
+    statement that releases it also reads the retired partitions (yielded, filled once
+    the lock is released) for the caller to drop without holding the source's lock.
+    """
+    conn.execute(
+        SQL(
+            "BEGIN; SET LOCAL lock_timeout = {timeout}; SELECT pg_advisory_lock({space}, hashtext({name})); COMMIT"
+        ).format(timeout=SOURCE_LOCK_TIMEOUT, space=LOCK_SPACE, name=name)
+    )
+    retired: list[int] = []
     try:
-        yield
+        yield retired
     finally:
         if not conn.closed and not conn.broken:
             with contextlib.suppress(psycopg.Error):
-                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_SPACE, name))
+                row = conn.execute(
+                    "SELECT pg_advisory_unlock(%s, hashtext(%s)), ARRAY(SELECT part FROM team_retired ORDER BY part)",
+                    (LOCK_SPACE, name),
+                ).fetchone()
+                retired[:] = [int(part) for part in row[1]] if row is not None else []
 
 
 class SourceLoader:
@@ -173,9 +186,17 @@ class SourceLoader:
     def catch_up(self, *, full: bool = False, extra: Callable[[PgConn, int], None] | None = None) -> LoadResult:
         """Bring the source's rows level with its file; ``extra(conn, sid)`` runs under the same lock."""
         started = time.perf_counter()
-        with raw_connection(self.engine) as conn, raw_connection(self.engine) as vconn:
+        with raw_connection(self.engine) as conn, contextlib.ExitStack() as later:
+            second: list[PgConn] = []
+
+            def vconn() -> PgConn:
+                """The second connection (vocabulary inserts and index builds beside a full load), on first use."""
+                if not second:
+                    second.append(later.enter_context(raw_connection(self.engine)))
+                return second[0]
+
             sid = register(conn, self.name)
-            with source_lock(conn, self.name):
+            with source_lock(conn, self.name) as retired:
                 for attempt in range(1, CHANGED_TRIES + 1):
                     self._seen = []
                     try:
@@ -189,10 +210,12 @@ class SourceLoader:
                             ) from None
                 if extra is not None:
                     extra(conn, sid)
-                self._drop_retired(conn)
+            self._drop_retired(conn, retired)
         return LoadResult(result[0], result[1], result[2], round(time.perf_counter() - started, 6), result[3])
 
-    def _catch_up(self, conn: PgConn, vconn: PgConn, sid: int, *, full: bool) -> tuple[str, int, int, int]:
+    def _catch_up(
+        self, conn: PgConn, vconn: Callable[[], PgConn], sid: int, *, full: bool
+    ) -> tuple[str, int, int, int]:
         source = read_source(conn, sid)
         fd = open_for_read(self.path)
         if fd is None:
@@ -214,12 +237,10 @@ class SourceLoader:
                 and state is not None
                 and st.st_size - state.indexed_to <= max(state.indexed_to, 1 << 20)
             ):
-                added = self._append(conn, vconn, source, fd, st, prefix)
-                new = read_source(conn, sid).state
-                assert new is not None
+                added, new = self._append(conn, source, fd, st, prefix, chain)
                 return "appended", new.rows, added, _indexed(new)
             first = source.part is None
-            rows = self._rebuild(conn, vconn, source, fd, st)
+            rows = self._rebuild(conn, vconn(), source, fd, st, chain)
             return "built" if first else "rebuilt", rows, rows, _indexed(read_source(conn, sid).state)
         finally:
             os.close(fd)
@@ -227,8 +248,19 @@ class SourceLoader:
     # ------------------------------------------------------------------ appends
 
     def _append(
-        self, conn: PgConn, vconn: PgConn, source: SourceRow, fd: int, st: os.stat_result, prefix: PrefixDigest | None
-    ) -> int:
+        self,
+        conn: PgConn,
+        source: SourceRow,
+        fd: int,
+        st: os.stat_result,
+        prefix: PrefixDigest | None,
+        chain: AppendChain | None,
+    ) -> tuple[int, SourceState]:
+        """The new lines added in one transaction; how many, and the state committed with them.
+
+        ``chain`` is the append chain read right after ``st`` was taken (the one read of the
+        sync lock).  New terms go in on ``conn`` before the transaction opens (autocommit).
+        """
         state = source.state
         assert state is not None and source.part is not None
         parsed = parse_range(fd, state.indexed_to, st.st_size)
@@ -237,7 +269,7 @@ class SourceLoader:
         if parsed.tail is not None:
             docs.append(doc_of(parsed.tail))
             tail_end = parsed.tail_end
-        vocab = Vocabulary(vconn)
+        vocab = Vocabulary(conn)
         vocab.ensure(wanted_terms(docs))
         counts: Counter[str] = Counter()
         next_id = source.next_id
@@ -270,20 +302,23 @@ class SourceLoader:
                 blank=state.blank + parsed.blank,
                 prefix=prefix,
                 seen=[parsed.seen] if parsed.seen is not None else [],
-                chain=read_chain(sync_lock_path(self.path)),
+                chain=chain,
             )
             if new is None:
                 raise _FileChanged
             _save_state(conn, source.sid, new, next_id=next_id, part=source.part)
-        return len(docs)
+        return len(docs), new
 
     # ------------------------------------------------------------------ full loads
 
-    def _rebuild(self, conn: PgConn, vconn: PgConn, source: SourceRow, fd: int, st: os.stat_result) -> int:
+    def _rebuild(
+        self, conn: PgConn, vconn: PgConn, source: SourceRow, fd: int, st: os.stat_result, chain: AppendChain | None
+    ) -> int:
         if source.part is not None and source.state is not None and source.state.rows <= IN_PLACE_ROWS:
             docs, parsed_end, tail_end, corrupt, blank = self._parse_all(fd, st)
             if len(docs) <= IN_PLACE_ROWS:
-                return self._rebuild_in_place(conn, vconn, source, fd, st, docs, parsed_end, tail_end, corrupt, blank)
+                parsed = (docs, parsed_end, tail_end, corrupt, blank)
+                return self._rebuild_in_place(conn, vconn, source, fd, st, parsed, chain)
         part = int(_scalar(conn, "SELECT nextval('team_part_seq')"))
         table = partition_name(part)
         attached = False
@@ -303,7 +338,7 @@ class SourceLoader:
                 corrupt=corrupt,
                 blank=blank,
                 seen=self._seen,
-                chain=read_chain(sync_lock_path(self.path)),
+                chain=chain,
             )
             if new is None:
                 raise _FileChanged
@@ -339,14 +374,12 @@ class SourceLoader:
         source: SourceRow,
         fd: int,
         st: os.stat_result,
-        docs: Sequence[Doc],
-        end: int,
-        tail_end: int | None,
-        corrupt: int,
-        blank: int,
+        parsed: tuple[Sequence[Doc], int, int | None, int, int],
+        chain: AppendChain | None,
     ) -> int:
         """A small source rewritten: its rows replaced in its current partition, in one transaction."""
         assert source.part is not None
+        docs, end, tail_end, corrupt, blank = parsed
         vocab = Vocabulary(vconn)
         vocab.ensure(wanted_terms(docs))
         counts: Counter[str] = Counter()
@@ -367,7 +400,7 @@ class SourceLoader:
                 corrupt=corrupt,
                 blank=blank,
                 seen=self._seen,
-                chain=read_chain(sync_lock_path(self.path)),
+                chain=chain,
             )
             if new is None:
                 raise _FileChanged
@@ -446,13 +479,12 @@ class SourceLoader:
     # ------------------------------------------------------------------ retired partitions
 
     @staticmethod
-    def _drop_retired(conn: PgConn) -> None:
+    def _drop_retired(conn: PgConn, retired: Sequence[int]) -> None:
         """Detach (concurrently: running searches finish first) and drop partitions no source uses.
 
-        One indexer at a time does it (a try-lock: the others leave it to that one), so two never
-        race to detach the same partition.
+        ``retired`` was read as the source's lock was released.  One indexer at a time does it (a
+        try-lock: the others leave it to that one), so two never race to detach the same partition.
         """
-        retired = [int(row[0]) for row in conn.execute("SELECT part FROM team_retired ORDER BY part").fetchall()]
         if not retired or not _scalar(conn, f"SELECT pg_try_advisory_lock({SCHEMA_LOCK}, {RETIRE_KEY})"):
             return
         try:
