@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import struct
 import zlib
 from dataclasses import dataclass
@@ -44,6 +43,11 @@ MAGIC = b"msac\x01\x00\x00\x00"
 _BODY = struct.Struct("<8sQQQqqqq")
 _CRC = struct.Struct("<I")
 CHAIN_BYTES = _BODY.size + _CRC.size
+
+
+def _nonce() -> int:
+    """63 random bits, odd (never 0): from os.urandom, as ``secrets`` would, without importing it."""
+    return (int.from_bytes(os.urandom(8), "little") >> 1) | 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +72,7 @@ class AppendChain:
             )  # fmt: skip
         start = before if before is not None else after
         return cls(
-            after.st_dev, after.st_ino, secrets.randbits(63) | 1, start.st_size, start.st_ctime_ns,
+            after.st_dev, after.st_ino, _nonce(), start.st_size, start.st_ctime_ns,
             after.st_size, after.st_ctime_ns,
         )  # fmt: skip
 

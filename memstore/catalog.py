@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memstore import catalog_rewrite
 from memstore.checks import check_limit, check_readonly, require_mapping, require_str
 from memstore.entry_filter import EntryFilter
 from memstore.errors import (
@@ -49,17 +48,20 @@ from memstore.id_prefix import (
 from memstore.index.catalog_index import CatalogIndex
 from memstore.index.db import IndexFile
 from memstore.index.report import CheckResult, IndexOff, IndexState, Progress, RefreshReport
-from memstore.index.trace import SearchPlan, SearchTrace
 from memstore.index_policy import IndexPolicy
 from memstore.jsonl import encode_entries, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
 from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_iso
-from memstore.reports import HealthReport, MaintenancePreview
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 from memstore.shared_index import CatalogReads, catalog_policy, check_index_url, check_name
 
 if TYPE_CHECKING:
     from memstore.index.pg.store_reads import PgCatalogIndex
+    from memstore.index.trace import SearchPlan, SearchTrace
+    from memstore.reports import HealthReport, MaintenancePreview
+
+# Rewrites (catalog_rewrite), explain (index.trace) and the reports load when first used:
+# a process that only searches does not pay for their import.
 
 T = TypeVar("T")
 REWRITE_ATTEMPTS = 3
@@ -259,10 +261,12 @@ class MemoryCatalog:
         before: Callable[[builtins.list[MemoryEntry]], None] | None = None,
     ) -> builtins.list[MemoryEntry]:
         """:meth:`_rewrite_once`, again from the new file when another tool replaced it meanwhile."""
+        from memstore.catalog_rewrite import FileReplacedError
+
         for _attempt in range(REWRITE_ATTEMPTS - 1):
             try:
                 return self._rewrite_once(key, value, before=before)
-            except catalog_rewrite.FileReplacedError:
+            except FileReplacedError:
                 continue
         return self._rewrite_once(key, value, before=before)
 
@@ -282,6 +286,8 @@ class MemoryCatalog:
         the index is told what moved (``RewritePlan``) after it is released, so writers
         queued behind a rewrite wait for little more than the replace.
         """
+        from memstore import catalog_rewrite
+
         prepared = catalog_rewrite.prepare(self.path, key=key, value=value)
         try:
             # Catch the index up before taking the writer lock: indexing what others appended
@@ -417,6 +423,8 @@ class MemoryCatalog:
 
     def explain(self, query: str, *, limit: int = 10) -> SearchPlan:
         """Answer ``search(query, limit=limit)`` and report how: the index's steps, or why a scan answered."""
+        from memstore.index.trace import SearchPlan, SearchTrace
+
         tokens = query_tokens(query)
         limit = check_limit(limit)
         started = time.perf_counter()
@@ -459,6 +467,8 @@ class MemoryCatalog:
         """The shared index's traced answer (proven current, so 'fresh'); None to go on locally."""
         if self._shared is None:
             return None
+        from memstore.index.trace import SearchTrace
+
         shared = SearchTrace()
         found = self._shared.ask(lambda index: index.search(tokens, limit, planner=shared.planner))
         if found is not None:
@@ -534,6 +544,8 @@ class MemoryCatalog:
 
     def health(self) -> HealthReport:
         """Counts of valid and corrupt lines, plus the state of the index."""
+        from memstore.reports import HealthReport
+
         scanned = self._scanned()
         return HealthReport(
             path=str(self.path),
@@ -562,6 +574,8 @@ class MemoryCatalog:
 
     def maintenance_preview(self) -> MaintenancePreview:
         """What a maintenance pass would clean up, without touching anything."""
+        from memstore.reports import MaintenancePreview
+
         scanned = self._scanned()
         ids: dict[str, int] = {}
         for item in scanned.entries:

@@ -15,8 +15,6 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from wcwidth import wcwidth
-
 FORMATS = ("table", "json", "jsonl", "csv")
 ELLIPSIS = "…"
 GAP = "  "
@@ -24,11 +22,18 @@ MIN_FLEX = 10
 
 
 def char_width(ch: str) -> int:
+    if " " <= ch <= "~" or ch == ELLIPSIS:
+        return 1
+    # Loaded only for other text: importing wcwidth costs more than the rest of printing a table.
+    from wcwidth import wcwidth
+
     return max(wcwidth(ch), 0)
 
 
 def display_width(text: str) -> int:
     """Columns ``text`` takes in a terminal (control and unknown characters count as zero)."""
+    if text.isascii() and text.isprintable():
+        return len(text)
     return sum(char_width(ch) for ch in text)
 
 
@@ -74,13 +79,19 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, flex: int = 
     body = [list(row) for row in rows]
     count = len(headers)
     flex %= count
-    widths = [max([display_width(headers[i])] + [display_width(row[i]) for row in body]) for i in range(count)]
+    # Widths only of the columns that are padded or cut: the last column of an unbounded
+    # table is printed as it is (content beyond ASCII then never needs wcwidth).
+    measured = set(range(count - 1)) | ({flex} if width is not None else set())
+    widths = [
+        max([display_width(headers[i])] + [display_width(row[i]) for row in body]) if i in measured else 0
+        for i in range(count)
+    ]
     if width is not None:
         others = sum(w for i, w in enumerate(widths) if i != flex) + len(GAP) * (count - 1)
         widths[flex] = max(min(widths[flex], width - others), MIN_FLEX)
 
     def line(cells: Sequence[str]) -> str:
-        fitted = [clip(cell, widths[i]) if i == flex else cell for i, cell in enumerate(cells)]
+        fitted = [clip(cell, widths[i]) if i == flex and width is not None else cell for i, cell in enumerate(cells)]
         padded = [pad(cell, widths[i]) for i, cell in enumerate(fitted[:-1])]
         text = GAP.join([*padded, fitted[-1]]).rstrip()
         return clip(text, width) if width is not None else text

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from memstore.checks import optional_str
 from memstore.errors import IndexUnavailableError, InvalidArgumentError
 from memstore.index_policy import IndexPolicy
-from memstore.index_url import IndexUrl, parse_index_url
 
 if TYPE_CHECKING:
     from memstore.entry_filter import EntryFilter
     from memstore.index.pg.store_cards import PgCardIndex
     from memstore.index.pg.store_reads import PgCatalogIndex
     from memstore.index.search import PlannerFactory
+    from memstore.index_url import IndexUrl
     from memstore.models import MemoryEntry
 
 IndexT = TypeVar("IndexT")
@@ -52,6 +52,8 @@ def check_index_url(index_url: object, *, use_index: bool) -> IndexUrl | None:
         return None
     if not use_index:
         raise InvalidArgumentError("index_url needs use_index=True (use_index=False forces a scan)")
+    from memstore.index_url import parse_index_url  # only a catalog given a URL needs the parser
+
     return parse_index_url(text, origin="index_url")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +100,75 @@ print(json.dumps(sorted({m.split(".")[0] for m in sys.modules} & {"sqlalchemy", 
 def test_the_team_index_loads_the_driver_only_when_it_talks_to_the_server() -> None:
     result = subprocess.run([sys.executable, "-c", TEAM_PROBE], capture_output=True, text=True, check=True, timeout=120)
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+NOT_ON_THE_READ_PATH = (
+    "sqlalchemy",
+    "alembic",
+    "click",
+    "wcwidth",
+    "psycopg",
+    "secrets",
+    "memstore.catalog_rewrite",
+    "memstore.rewrite_scan",
+    "memstore.index.migrate",
+    "memstore.index.trace",
+    "memstore.index_url",
+    "memstore.reports",
+)
+"""What a process that only searches a current index never needs: schema tooling, the CLI,
+the team driver, and the rewrite, explain and report code."""
+
+SEARCH_PROBE = """
+import json, sys
+from memstore.catalog import MemoryCatalog
+found = MemoryCatalog(sys.argv[1]).search("alpha", limit=5)
+print(json.dumps({{"found": len(found), "indexed": "memstore.index.sqlite_search" in sys.modules,
+                  "loaded": sorted(name for name in {unwanted!r} if name in sys.modules)}}))
+"""
+
+CLI_PROBE = """
+import json, sys
+from memstore.cli import main
+try:
+    main(["search", "alpha", "--root", sys.argv[1]])
+except SystemExit:
+    pass
+print(json.dumps(sorted(name for name in {unwanted!r} if name in sys.modules)))
+"""
+
+
+def _store_with_an_index(root: Path) -> None:
+    from memstore.catalog import MemoryCatalog
+
+    catalog = MemoryCatalog(root)
+    catalog.add("alpha beta", tags=["one"])
+    catalog.add("alpha, non-ASCII: é 한국어")
+    assert len(catalog.search("alpha")) == 2  # builds the index
+    assert (root / ".teaagent" / "index" / "memstore.sqlite3").is_file()
+
+
+def test_a_search_of_a_current_index_loads_only_the_read_path(tmp_path: Path) -> None:
+    """A fresh process searching an index that is already current imports no schema tooling
+    (SQLAlchemy, Alembic) and none of the write, explain or report modules."""
+    _store_with_an_index(tmp_path)
+    code = SEARCH_PROBE.format(unwanted=NOT_ON_THE_READ_PATH)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"found": 2, "indexed": True, "loaded": []}
+
+
+def test_the_search_command_loads_only_the_read_path_and_click(tmp_path: Path) -> None:
+    """``memstore search`` piped (no terminal width) prints its table without wcwidth, even for
+    non-ASCII content in the last column."""
+    _store_with_an_index(tmp_path)
+    # The command itself needs click, its reports, and the URL parser (for $MEMSTORE_INDEX_URL).
+    needed = ("click", "memstore.reports", "memstore.index_url")
+    unwanted = tuple(name for name in NOT_ON_THE_READ_PATH if name not in needed)
+    code = CLI_PROBE.format(unwanted=unwanted)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True, timeout=120
+    )
+    lines = result.stdout.strip().splitlines()
+    assert "한국어" in result.stdout and json.loads(lines[-1]) == []

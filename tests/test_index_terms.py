@@ -79,6 +79,18 @@ def test_a_whole_piece_is_in_a_text_exactly_when_a_term_contains_it(text: str, w
     assert (word in text) == any(word in term for term in text_terms(text))
 
 
+def test_term_characters_are_ascii_alphanumerics_and_everything_beyond_ascii() -> None:
+    """PIECE is written as a complement (it compiles ~30x faster): it admits exactly these characters."""
+    import re
+
+    spelled_out = re.compile(r"[0-9A-Za-z\u0080-\U0010ffff]")
+    piece = re.compile(PIECE.pattern.removesuffix("+"))
+    assert PIECE.pattern == piece.pattern + "+"
+    characters = map(chr, range(0x110000))
+    differ = [char for char in characters if (piece.match(char) is None) != (spelled_out.match(char) is None)]
+    assert differ == []
+
+
 def test_pieces_and_marks_of_tokens() -> None:
     assert pieces("sqlite3.operationalerror:") == ("sqlite3", "operationalerror")
     assert pieces("a-b-a") == ("a", "b")

@@ -22,8 +22,8 @@ from memstore.catalog import MemoryCatalog
 from memstore.failure_cards import FailureCardStorage
 from memstore.index.catalog_index import CatalogIndex
 from memstore.index.db import INDEX_DIRNAME, INDEX_FILENAME
-from memstore.index.schema_sql import CREATE_STATEMENTS, generate
-from memstore.index.trust import expected_master
+from memstore.index.schema_sql import CREATE_STATEMENTS, MASTER_DIGEST, MASTER_SQLITE, generate, generate_digest
+from memstore.index.trust import expected_master, master_digest
 from memstore.maintenance import reindex_workspace
 from memstore.watch_loop import IndexWatch
 
@@ -212,6 +212,27 @@ def test_an_index_from_an_older_memstore_is_set_aside_not_migrated_in_place(proj
 
 def test_the_expected_schema_is_generated_from_the_migrations() -> None:
     assert generate() == CREATE_STATEMENTS, "run `python -m memstore.index.schema_sql` and paste its output"
+
+
+SAME_SQLITE = pytest.mark.skipif(
+    sqlite3.sqlite_version != MASTER_SQLITE, reason=f"the schema digest was taken under SQLite {MASTER_SQLITE}"
+)
+
+
+@SAME_SQLITE
+def test_the_schema_digest_is_that_of_the_reference() -> None:
+    assert generate_digest() == (MASTER_DIGEST, MASTER_SQLITE), "run `python -m memstore.index.schema_sql`"
+    assert master_digest(list(expected_master())) == MASTER_DIGEST
+
+
+@SAME_SQLITE
+def test_a_current_index_is_verified_without_building_the_reference(project: Path) -> None:
+    """The first query of a process compares a digest, not an in-memory copy of the schema."""
+    expected_master.cache_clear()
+    index = CatalogIndex(project / ".teaagent" / "memory.jsonl")
+    assert index.search(["alpha"], 5)
+    assert expected_master.cache_info().currsize == 0
+    index.close()
 
 
 def test_every_connection_has_trusted_schema_off(project: Path) -> None:

@@ -34,6 +34,12 @@ CREATE_STATEMENTS: tuple[str, ...] = (
 )
 
 
+MASTER_DIGEST = "7b63df339b524ce0f4f262bd92235b6f6c232b3e936bacb663790a70223f8e2b"
+"""``trust.master_digest`` of the ``sqlite_master`` these statements leave (FTS5 shadow tables
+included) under SQLite MASTER_SQLITE: a file whose rows have this digest needs no reference built."""
+MASTER_SQLITE = "3.40.1"
+
+
 def generate() -> tuple[str, ...]:
     """The DDL of a freshly migrated empty index, minus what SQLite derives itself."""
     import sqlite3
@@ -54,6 +60,17 @@ def generate() -> tuple[str, ...]:
     return tuple(sql for name, sql in rows if name not in shadow)
 
 
+def generate_digest() -> tuple[str, str]:
+    """The digest of the reference ``sqlite_master`` under this SQLite, and its version."""
+    import sqlite3
+
+    from memstore.index.trust import master_digest, master_of
+
+    return master_digest(list(master_of(generate()))), sqlite3.sqlite_version
+
+
 if __name__ == "__main__":  # pragma: no cover - a developer's tool
     body = "".join(f"    {statement!r},\n" for statement in generate())
     print(f"CREATE_STATEMENTS: tuple[str, ...] = (\n{body})")
+    digest, version = generate_digest()
+    print(f"MASTER_DIGEST = {digest!r}\nMASTER_SQLITE = {version!r}")

@@ -31,12 +31,16 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-PIECE = re.compile(r"[0-9A-Za-z\u0080-\U0010ffff]+")
+TERM_CHAR = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]"
+"""A term character: anything but an ASCII separator, i.e. ``[0-9A-Za-z\u0080-\U0010ffff]``.
+Written as the complement because a class spanning all of Unicode takes ~10 ms to compile,
+paid by every process at import; this one takes well under one."""
+PIECE = re.compile(TERM_CHAR + "+")
 """One term: a maximal run of term characters (FTS5 ``ascii``: alphanumerics and all non-ASCII)."""
 
 LONG_RUN_CHARS = 8000
 """A run of this many characters may exceed FTS5's 32,768-byte token limit (4 bytes a character)."""
-_LONG_RUN = re.compile(r"[0-9A-Za-z\u0080-\U0010ffff]{" + str(LONG_RUN_CHARS) + "}")
+_LONG_RUN = re.compile(TERM_CHAR + "{" + str(LONG_RUN_CHARS) + "}")
 
 
 def pieces(token: str) -> tuple[str, ...]:
