@@ -150,9 +150,12 @@ def classify(
 def source_lock(conn: PgConn, name: str) -> Iterator[list[int]]:
     """Hold the source's advisory lock (session level) for the whole catch-up.
 
-    One round trip each way: the lock is taken in one multi-statement query, and the
-    statement that releases it also reads the retired partitions (yielded, filled once
-    the lock is released) for the caller to drop without holding the source's lock.
+    The lock is taken in one multi-statement query.  It is released in a statement of its
+    own: a release that fails, or finds no lock, closes the connection (the server then
+    drops every lock the session held) rather than return a locked session to the pool.
+    The retired partitions are read afterwards (yielded, filled once the lock is
+    released) for the caller to drop without holding the source's lock; a failure to
+    read them only leaves them for a later catch-up.
     """
     conn.execute(
         SQL(
@@ -164,12 +167,16 @@ def source_lock(conn: PgConn, name: str) -> Iterator[list[int]]:
         yield retired
     finally:
         if not conn.closed and not conn.broken:
+            released = False
             with contextlib.suppress(psycopg.Error):
-                row = conn.execute(
-                    "SELECT pg_advisory_unlock(%s, hashtext(%s)), ARRAY(SELECT part FROM team_retired ORDER BY part)",
-                    (LOCK_SPACE, name),
-                ).fetchone()
-                retired[:] = [int(part) for part in row[1]] if row is not None else []
+                row = conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_SPACE, name)).fetchone()
+                released = bool(row is not None and row[0])
+            if not released:
+                conn.close()
+            else:
+                with contextlib.suppress(psycopg.Error):
+                    found = conn.execute("SELECT ARRAY(SELECT part FROM team_retired ORDER BY part)").fetchone()
+                    retired[:] = [int(part) for part in found[0]] if found is not None else []
 
 
 class SourceLoader:
