@@ -104,6 +104,7 @@ def entry_at(fd: int, off: object, length: object, mid: object = _ANY_ID) -> Mem
     line = data[before : before + length]
     if (
         len(line) != length
+        or b"\n" in line  # a JSON object spread over lines is no entry of the scan's
         or (before and data[:1] != b"\n")
         or data[before + length : before + length + 1] not in (b"\n", b"")
     ):
