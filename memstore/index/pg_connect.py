@@ -61,6 +61,8 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 15, "keepalives_interval": 5, 
 """A dead TCP peer of an idle connection is found in about 30 s (the kernel's default: over 2 hours)."""
 TCP_USER_TIMEOUT_MS = 30_000
 """Data the peer has not acknowledged for this long closes the TCP connection (overrides keepalives' count)."""
+CLIENT_CHECK_MS = 2_000
+"""How often the server checks, during a statement, that its client is still there."""
 MIN_SERVER_VERSION = 150_000
 """PostgreSQL 15: the version the issue targets (pg_trgm is a trusted extension from 13 on)."""
 TRGM = "pg_trgm"
@@ -138,6 +140,10 @@ def create_engine(
         # entries), so the server JIT-compiles it on the first FETCH: 60 ms to return 16 rows
         # that take 0.5 ms without (docs/postgres-notes.md).  No statement here gains from it.
         "jit": "off",
+        # A read given up on by the client (its deadline) closes its socket; without this the
+        # server notices only when it next writes, so a read queued behind a lock would hold
+        # its backend, and a connection slot, until the lock timeout.
+        "client_connection_check_interval": CLIENT_CHECK_MS,
     }
     options = " ".join(f"-c {name}={value}" for name, value in settings.items())
     given = query.get("options")
@@ -149,7 +155,10 @@ def create_engine(
         connect_args["connect_timeout"] = connect_timeout_s
     if "application_name" not in query:
         connect_args["application_name"] = APPLICATION_NAME
-    tcp: dict[str, int] = {**KEEPALIVES, "tcp_user_timeout": TCP_USER_TIMEOUT_MS}
+    # Linux applies tcp_user_timeout to a peer that acknowledges but does not read too: a
+    # load (no read deadline) may wait for a stalled server up to its own per-wait limit.
+    user_timeout = TCP_USER_TIMEOUT_MS if read_deadline_s else int(wait_limit * 1000)
+    tcp: dict[str, int] = {**KEEPALIVES, "tcp_user_timeout": user_timeout}
     connect_args.update({name: value for name, value in tcp.items() if name not in query})
     engine = sa.create_engine(
         sa_url,
@@ -167,6 +176,11 @@ def create_engine(
         return BoundedConnection.connect_bounded(wait_limit, *cargs, **cparams)
 
     return engine
+
+
+def read_deadline_of(engine: Engine) -> float | None:
+    """The client-side deadline of one read on ``engine`` (None or 0: it has none)."""
+    return _DEADLINES.get(engine)
 
 
 def engine_deadline(engine: Engine) -> contextlib.AbstractContextManager[None]:

@@ -56,24 +56,26 @@ LOAD_WAIT_ENV = "MEMSTORE_PG_LOAD_WAIT"
 
 _READ: ContextVar[tuple[float, float] | None] = ContextVar("memstore_pg_read", default=None)
 """(monotonic end, seconds) of the read this thread is in, if any."""
+_CAP: ContextVar[float] = ContextVar("memstore_pg_wait_cap", default=0.0)
+"""Longest any one wait may last in this block (0: no cap): a load run on behalf of a read."""
 
 
 class ServerSilentError(psycopg.OperationalError):
     """The server did not answer within the client-side limit; the connection is closed."""
 
 
-class _Expired(Exception):
-    pass
+class DeadlinePassed(Exception):
+    """Raised inside psycopg's wait when a limit passes (psycopg names it if it logs the wait)."""
 
 
 def _until(gen: Generator[Any, Any, Any], end: float) -> Generator[Any, Any, Any]:
-    """``gen``, ended with :class:`_Expired` the first time it is resumed at or after ``end``."""
+    """``gen``, ended with :class:`DeadlinePassed` the first time it is resumed at or after ``end``."""
     try:
         waiting = next(gen)
         while True:
             ready = yield waiting
             if time.monotonic() >= end:
-                raise _Expired
+                raise DeadlinePassed
             waiting = gen.send(ready)
     except StopIteration as done:
         return done.value
@@ -92,18 +94,33 @@ class BoundedConnection(psycopg.Connection[Any]):
     """Longest any one wait may last (0: only a read's deadline bounds it)."""
 
     def wait(self, gen: Any, *args: Any, **kwargs: Any) -> Any:
-        read = _READ.get()
-        end, seconds = read if read is not None else (math.inf, 0.0)
-        if self.wait_limit_s and time.monotonic() + self.wait_limit_s < end:
-            end, seconds = time.monotonic() + self.wait_limit_s, self.wait_limit_s
+        end, seconds = self._end()
         if end == math.inf:
             return super().wait(gen, *args, **kwargs)
         try:
             return super().wait(_until(gen, end), *args, **kwargs)
-        except _Expired:
+        except DeadlinePassed:
             # The protocol is mid-exchange: the connection cannot be used again.
             self.pgconn.finish()
             raise _silent(seconds) from None
+
+    def _end(self) -> tuple[float, float]:
+        """(monotonic end, its length) of the wait starting now: the read's end or the per-wait limit."""
+        read = _READ.get()
+        end, seconds = read if read is not None else (math.inf, 0.0)
+        limit = self.wait_limit_s
+        cap = _CAP.get()
+        if cap and (not limit or cap < limit):
+            limit = cap
+        if limit and time.monotonic() + limit < end:
+            end, seconds = time.monotonic() + limit, limit
+        return end, seconds
+
+    def _try_cancel(self, *, timeout: float = 5.0) -> None:
+        """Ctrl-C's cancel request (a new connection to the server) within what is left of the limit."""
+        end, _seconds_left = self._end()
+        left = end - time.monotonic()
+        super()._try_cancel(timeout=max(0.1, min(timeout, left)))
 
     @classmethod
     def connect_bounded(cls, wait_limit_s: float, *args: Any, **kwargs: Any) -> BoundedConnection:
@@ -113,13 +130,14 @@ class BoundedConnection(psycopg.Connection[Any]):
         is not tried (the server that stopped answering would only be asked again).
         """
         read = _READ.get()
-        if read is not None:
-            left = read[0] - time.monotonic()
-            if left <= 0:
+        cap = _CAP.get()
+        if read is not None or cap:
+            left = read[0] - time.monotonic() if read is not None else math.inf
+            if left <= 0 and read is not None:
                 raise _silent(read[1])
             given = _seconds(kwargs.get("connect_timeout"))
             # libpq's smallest connect timeout is 2 s.
-            kwargs["connect_timeout"] = max(2, math.ceil(min(left, given or math.inf)))
+            kwargs["connect_timeout"] = max(2, math.ceil(min(left, cap or math.inf, given or math.inf)))
         conn = cls.connect(*args, **kwargs)
         conn.wait_limit_s = wait_limit_s
         return conn
@@ -149,6 +167,25 @@ def read_deadline(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         _READ.reset(token)
+
+
+@contextlib.contextmanager
+def wait_cap(seconds: float | None) -> Iterator[None]:
+    """Every single wait for the server in this block (this thread) ends within ``seconds``.
+
+    For a load run on behalf of a read (a store's catch-up): the load may take longer in
+    all, but a server that stops answering is given up on as a read would give up.
+    None or 0 sets nothing; inside another cap the smaller stays.
+    """
+    if not seconds:
+        yield
+        return
+    outer = _CAP.get()
+    token = _CAP.set(min(outer, seconds) if outer else seconds)
+    try:
+        yield
+    finally:
+        _CAP.reset(token)
 
 
 def seconds_setting(name: str, default: float) -> float:

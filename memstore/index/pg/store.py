@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memstore.errors import IndexServerError, IndexUnavailableError, MemstoreError, describe
+from memstore.errors import IndexServerError, IndexUnavailableError, InvalidArgumentError, MemstoreError, describe
 from memstore.files import open_for_read
 from memstore.index.base import StaleRowError
 from memstore.index.db import IndexBusyError
@@ -27,6 +27,8 @@ from memstore.index.pg.cards import card_bytes, cards_digest
 from memstore.index.pg.conn import raw_connection
 from memstore.index.pg.loader import PgConn, SourceRow, read_source
 from memstore.index.pg.schema import TEAM_REVISION
+from memstore.index.pg_connect import read_deadline_of
+from memstore.index.pg_deadline import wait_cap
 from memstore.index_url import IndexUrl, redact
 
 T = TypeVar("T")
@@ -121,6 +123,8 @@ class SharedSource:
             yield
         except IndexUnavailableError:
             raise
+        except InvalidArgumentError as exc:  # a bad setting ($MEMSTORE_PG_READ_DEADLINE): say so, back off
+            raise IndexServerError(f"PostgreSQL index {self.url.redacted()}: {describe(exc)}") from None
         except MemstoreError as exc:  # the file kept changing under the catch-up: this call only
             raise IndexBusyError(f"{self.path}: {describe(exc)}") from None
         except Exception as exc:  # psycopg, SQLAlchemy or Alembic outside the typed paths
@@ -155,8 +159,14 @@ class SharedSource:
             raise IndexBusyError(f"{self.path} kept changing while the shared index caught up with it")
 
     def _try(self, catch_up: Callable[[bool], None], *, full: bool) -> IndexUnavailableError | None:
+        """``catch_up(full)``, each of its waits for the server no longer than a read's deadline.
+
+        The catch-up runs on the load engine (no statement timeout: it may load a whole
+        file), but it runs on behalf of a read: a server that stops answering must turn
+        into the read's fallback, not a wait of the load's own limit.
+        """
         try:
-            with self._guarded():
+            with self._guarded(), wait_cap(read_deadline_of(self._engine("read"))):
                 catch_up(full)
         except IndexUnavailableError as exc:
             return exc
