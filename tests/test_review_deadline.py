@@ -17,18 +17,11 @@ from pathlib import Path
 import pg_server
 import pytest
 from bounded import run_bounded
+from test_index_pg_deadline import BOUND, DEADLINE, LOCK_WAITS, warnings_of
 
 from memstore.catalog import MemoryCatalog
 from memstore.failure_cards import FailureCardStorage
 from memstore.index.pg_deadline import READ_DEADLINE_ENV
-
-DEADLINE = 2.0
-BOUND = 20.0
-"""A read against a frozen server must end within DEADLINE; BOUND is the hang detector."""
-
-
-def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +279,6 @@ def test_an_expired_read_leaves_no_backend_running_on_a_live_server(tmp_path: Pa
 # no deadline), so a server that freezes while that catch-up waits (here: for the source's
 # advisory lock, which another indexer holds) hangs the read ~600 s.
 
-LOCK_WAITS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'memstore' AND wait_event_type = 'Lock'"
 
 
 def test_a_store_read_whose_catch_up_meets_a_frozen_server_falls_back_within_the_deadline(
