@@ -79,9 +79,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, flex: int = 
     body = [list(row) for row in rows]
     count = len(headers)
     flex %= count
-    # Widths only of the columns that are padded or cut: the last column of an unbounded
-    # table is printed as it is (content beyond ASCII then never needs wcwidth).
-    measured = set(range(count - 1)) | ({flex} if width is not None else set())
+    # An unbounded table prints its last column as it is (content beyond ASCII then never
+    # needs wcwidth); a bounded one needs every width to know how much room the cut column has.
+    measured = set(range(count - 1)) if width is None else set(range(count))
     widths = [
         max([display_width(headers[i])] + [display_width(row[i]) for row in body]) if i in measured else 0
         for i in range(count)

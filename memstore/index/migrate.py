@@ -6,6 +6,7 @@ the per-query path never imports this module.
 
 from __future__ import annotations
 
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,14 @@ def _set_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA trusted_schema = OFF")
     cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     cursor.close()
+
+
+ALEMBIC_LOCK = threading.Lock()
+"""Held around every Alembic run in this process, SQLite's and PostgreSQL's.
+
+Alembic's ``context`` and ``op`` are module-level proxies shared by the whole process: two
+threads migrating at once (two projects' first index builds) ran one thread's DDL on the
+other's connection after it closed, and sqlite3 then crashed the process (SIGSEGV)."""
 
 
 def migrations_dir() -> Path:
@@ -51,7 +60,7 @@ def _upgrade(db_path: Path) -> None:
     try:
         config = Config()
         config.set_main_option("script_location", str(migrations_dir()))
-        with engine.begin() as connection:
+        with ALEMBIC_LOCK, engine.begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, SCHEMA_REVISION)
             connection.execute(text(f"PRAGMA user_version = {SCHEMA_VERSION}"))

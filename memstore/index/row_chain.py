@@ -38,9 +38,11 @@ def whole_line(fd: int, off: object, length: object) -> None:
 class RowChain:
     """The walk down one open file; ``start`` is where the rows walked so far begin."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, size: int) -> None:
+        """``size``: the file's size the snapshot was proven current for (what was indexed), not a
+        later fstat: a line appended meanwhile is not the index's and must not fail the walk."""
         self.fd = fd
-        self.size = os.fstat(fd).st_size
+        self.size = size
         self.start = self.size
 
     def below(self, off: int) -> None:

@@ -14,7 +14,7 @@ import hashlib
 import os
 import sqlite3
 
-from memstore.index.schema_sql import CREATE_STATEMENTS, MASTER_DIGEST
+from memstore.index.schema_sql import CREATE_STATEMENTS, MASTER_DIGEST, MASTER_SQLITE
 
 Generation = tuple[int, int]
 """(st_dev, st_ino) of an index file: changes whenever a new file is swapped in."""
@@ -55,7 +55,7 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
     # The digest of the reference this SQLite version builds (schema_sql.py, checked by a test)
     # spares each process building the reference (FTS5 tables in memory, ~2 ms) on its first
     # query.  Rows with another digest (another SQLite, or not memstore's) are compared in full.
-    if master_digest(found) == MASTER_DIGEST:
+    if sqlite3.sqlite_version == MASTER_SQLITE and master_digest(found) == MASTER_DIGEST:
         return None
     expected = list(expected_master())
     if found == expected:

@@ -55,7 +55,7 @@ def upgrade_team(engine: Engine) -> Outcome:
     from alembic.config import Config
     from alembic.util import CommandError
 
-    from memstore.index.migrate import migrations_dir
+    from memstore.index.migrate import ALEMBIC_LOCK, migrations_dir
 
     with connect(engine) as conn:
         try:
@@ -68,7 +68,9 @@ def upgrade_team(engine: Engine) -> Outcome:
                 config = Config()
                 config.set_main_option("script_location", str(migrations_dir()))
                 config.attributes["connection"] = conn
-                command.upgrade(config, "team@head")
+                # Taken after the schema lock (a thread holding ALEMBIC_LOCK never waits for it).
+                with ALEMBIC_LOCK:
+                    command.upgrade(config, "team@head")
         except sa.exc.DBAPIError as exc:
             raise database_error(exc, engine) from None
         except CommandError as exc:

@@ -47,8 +47,7 @@ class PgCatalogIndex:
         planner: PlannerFactory = Planner,
     ) -> list[MemoryEntry]:
         def answer(conn: PgConn, fd: int, source: SourceRow) -> list[MemoryEntry]:
-            rows = _counted_rows(conn, fd, source)
-            if not rows:
+            if not _newest_checked(conn, fd, source):
                 return []
             k = limit
             while True:
@@ -56,14 +55,16 @@ class PgCatalogIndex:
                 admitted = [entry for entry in ranked if entry_filter.admits(entry)]
                 if len(admitted) >= limit or len(ranked) < k:
                     return admitted[:limit]
-                k = min(4 * k, rows + 1)
+                # Not capped by the state's row count: that is database input, and a count
+                # forged small would stop k growing (the loop would never end).
+                k *= 4
 
         return self.shared.read_lines(answer, [])
 
     def list(self, limit: int, entry_filter: EntryFilter = NO_FILTER) -> list[MemoryEntry]:
         def answer(conn: PgConn, fd: int, source: SourceRow) -> list[MemoryEntry]:
             found: list[MemoryEntry] = []
-            chain = RowChain(fd)
+            chain = RowChain(fd, _proven_size(source))
             below = source.next_id
             batch = limit if entry_filter.empty else max(LIST_BATCH, limit)
             while source.part is not None and len(found) < limit:
@@ -101,11 +102,18 @@ class PgCatalogIndex:
         return self.shared.read_lines(answer, nothing)
 
 
-def _counted_rows(conn: PgConn, fd: int, source: SourceRow) -> int:
-    """The state's row count, once the source's newest row is shown to reach the file's end: a
-    state forged current cannot hide what was appended after its rows, nor a deleted newest row
-    its entry.  The rows are not counted: ``count(*)`` cost a search 22% (see _placed)."""
-    chain = RowChain(fd)
+def _proven_size(source: SourceRow) -> int:
+    """The file size the snapshot was proven current for (``is_current`` compared it with fstat)."""
+    assert source.state is not None
+    return source.state.size
+
+
+def _newest_checked(conn: PgConn, fd: int, source: SourceRow) -> bool:
+    """Whether the source has rows, once its newest row is shown to reach the file's end: a state
+    forged current cannot hide what was appended after its rows, nor a deleted newest row its
+    entry.  Decided by the rows, never by the state's row count (database input); the rows are
+    not counted: ``count(*)`` cost a search 22% (see _placed)."""
+    chain = RowChain(fd, _proven_size(source))
     newest = None
     if source.part is not None:
         newest = conn.execute(
@@ -113,10 +121,10 @@ def _counted_rows(conn: PgConn, fd: int, source: SourceRow) -> int:
         ).fetchone()
     if newest is None or source.state is None:
         chain.bottom()
-        return 0
+        return False
     whole_line(fd, *newest)
     chain.down(*newest)
-    return source.state.rows
+    return True
 
 
 def _distinct_lines(offsets: Sequence[int]) -> None:
@@ -137,7 +145,10 @@ def _ranked(
         if len(set(tokens)) > MAX_SQL_TOKENS:
             # Rows holding every token hold the first MAX_SQL_TOKENS: found in SQL, checked here in full.
             some = sorted(set(tokens))[:MAX_SQL_TOKENS]
-            found = planner(PgSearch(conn, some, parts=parts), some, total, total).run()
+            # Every row holding them: counted here, as the state's count is database input (rare path).
+            counted = conn.execute("SELECT count(*) FROM team_doc WHERE part = %s", (source.part,)).fetchone()
+            every = int(counted[0]) if counted is not None else 0
+            found = planner(PgSearch(conn, some, parts=parts), some, max(every, 1), every).run()
             for key, (off, entry) in _read(conn, fd, source, [hit.row_id for hit in found]).items():
                 if memory_matches(entry, tokens):
                     known[key] = (off, entry)
@@ -206,7 +217,7 @@ def _placed(
             found[key] = (int(off), entry_at(fd, off, length))
         else:
             whole_line(fd, off, length)
-        chain = RowChain(fd)
+        chain = RowChain(fd, _proven_size(source))
         if n_off is not None:
             whole_line(fd, n_off, n_len)
             chain.below(n_off)
