@@ -61,6 +61,8 @@ KEEPALIVES = {"keepalives": 1, "keepalives_idle": 15, "keepalives_interval": 5, 
 """A dead TCP peer of an idle connection is found in about 30 s (the kernel's default: over 2 hours)."""
 TCP_USER_TIMEOUT_MS = 30_000
 """Data the peer has not acknowledged for this long closes the TCP connection (overrides keepalives' count)."""
+TCP_USER_TIMEOUT_MAX_MS = 2**31 - 1
+"""libpq takes an int: a longer load wait (``1e7`` meant as "never") is clamped, not refused."""
 CLIENT_CHECK_MS = 2_000
 """How often the server checks, during a statement, that its client is still there."""
 MIN_SERVER_VERSION = 150_000
@@ -157,7 +159,7 @@ def create_engine(
         connect_args["application_name"] = APPLICATION_NAME
     # Linux applies tcp_user_timeout to a peer that acknowledges but does not read too: a
     # load (no read deadline) may wait for a stalled server up to its own per-wait limit.
-    user_timeout = TCP_USER_TIMEOUT_MS if read_deadline_s else int(wait_limit * 1000)
+    user_timeout = TCP_USER_TIMEOUT_MS if read_deadline_s else min(int(wait_limit * 1000), TCP_USER_TIMEOUT_MAX_MS)
     tcp: dict[str, int] = {**KEEPALIVES, "tcp_user_timeout": user_timeout}
     connect_args.update({name: value for name, value in tcp.items() if name not in query})
     engine = sa.create_engine(

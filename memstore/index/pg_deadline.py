@@ -188,6 +188,21 @@ def wait_cap(seconds: float | None) -> Iterator[None]:
         _CAP.reset(token)
 
 
+@contextlib.contextmanager
+def uncapped() -> Iterator[None]:
+    """Lift :func:`wait_cap` in this block: a catch-up's load work, once its source lock is held.
+
+    A legitimate statement of a load (a large COPY, an index build) may run longer than a
+    read's deadline; cutting it would leave a large source never indexed from reads.  The
+    load's own per-wait limit still bounds it.
+    """
+    token = _CAP.set(0.0)
+    try:
+        yield
+    finally:
+        _CAP.reset(token)
+
+
 def seconds_setting(name: str, default: float) -> float:
     """``$name`` as a non-negative number of seconds, or ``default`` when unset or empty."""
     text = os.environ.get(name, "").strip()

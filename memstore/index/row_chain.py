@@ -3,8 +3,9 @@
 A row of the team index names a line (checked by ``entry_at``), but the rows
 themselves are input: an edited row id, a deleted or duplicated row, or a state that
 claims the file current while rows are missing would reorder or hide entries.  The
-local file is what proves them: walking the rows in id order downwards from the file's
-size (its fstat, not the recorded state), each row's line must end exactly where the
+local file is what proves them: walking the rows in id order downwards from the size
+the snapshot was just proven current for (``SourceState.is_current`` compared it with the
+open file's fstat; a line appended after that proof is not the index's), each row's line must end exactly where the
 previous one began, or the bytes between must hold no entry (blank and corrupt lines
 have no row).  A walk that passes has read, in file order, every entry of the file
 after the last row it reached, so a list answered from those rows is the scan's.

@@ -47,6 +47,7 @@ from memstore.index.lines import parse_range, parsed_ranges
 from memstore.index.pg.conn import LOCK_SPACE, SCHEMA_LOCK, raw_connection
 from memstore.index.pg.rows import Doc, doc_of, id_arrays, wanted_terms
 from memstore.index.pg.vocab import Vocabulary
+from memstore.index.pg_deadline import uncapped
 from memstore.index.report import Progress
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.lines_seen import LinesSeen
@@ -153,7 +154,9 @@ def source_lock(conn: PgConn, name: str) -> Iterator[list[int]]:
     The lock is taken in one multi-statement query.  It is released in a statement of its
     own: a release that fails, or finds no lock, closes the connection (the server then
     drops every lock the session held) rather than return a locked session to the pool.
-    The retired partitions are read afterwards (yielded, filled once the lock is
+    Taking the lock is bounded by a read's cap when a store's read runs the catch-up
+    (:func:`~memstore.index.pg_deadline.wait_cap`); the work under it is not (the load's
+    own per-wait limit is).  The retired partitions are read afterwards (yielded, filled once the lock is
     released) for the caller to drop without holding the source's lock; a failure to
     read them only leaves them for a later catch-up.
     """
@@ -164,7 +167,8 @@ def source_lock(conn: PgConn, name: str) -> Iterator[list[int]]:
     )
     retired: list[int] = []
     try:
-        yield retired
+        with uncapped():
+            yield retired
     finally:
         if not conn.closed and not conn.broken:
             released = False

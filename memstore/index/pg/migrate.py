@@ -7,6 +7,7 @@ the schema is created once.
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 import sqlalchemy as sa
@@ -16,6 +17,7 @@ from memstore.errors import IndexServerError
 from memstore.index.pg.conn import SCHEMA_LOCK, database_error
 from memstore.index.pg.schema import TEAM_REVISION
 from memstore.index.pg_connect import connect, ensure_trgm
+from memstore.index.pg_deadline import wait_cap
 
 Outcome = Literal["current", "created", "migrated"]
 
@@ -47,10 +49,37 @@ def stamped_current(engine: Engine) -> bool:
     return TEAM_REVISION in {str(row[0]) for row in rows}
 
 
+MIGRATE_LOCK_WAIT_MS = 1_000
+"""Longest one lock wait of Alembic's DDL on the server while this process's ALEMBIC_LOCK is held."""
+MIGRATE_WAIT_S = 30.0
+"""Longest any one wait for the server then (a frozen server must not hold ALEMBIC_LOCK for long)."""
+MIGRATE_TRIES = 10
+"""A migration that met a lock tries again this many times, releasing ALEMBIC_LOCK in between."""
+
+
 def upgrade_team(engine: Engine) -> Outcome:
-    """Bring the database to ``team@head``; what was done ('current' when nothing was)."""
+    """Bring the database to ``team@head``; what was done ('current' when nothing was).
+
+    Alembic's shared module state needs ALEMBIC_LOCK (one Alembic run at a time in a
+    process), and a local SQLite index's first build waits for it: so while it is held
+    each lock wait on the server is short and each wait for the server bounded; a
+    migration that meets a lock releases ALEMBIC_LOCK and tries again.
+    """
     if stamped_current(engine):
         return "current"
+    import psycopg
+
+    for attempt in range(1, MIGRATE_TRIES + 1):
+        try:
+            return _upgrade_team(engine)
+        except sa.exc.DBAPIError as exc:
+            if not isinstance(exc.orig, psycopg.errors.LockNotAvailable) or attempt == MIGRATE_TRIES:
+                raise database_error(exc, engine) from None
+        time.sleep(0.05 * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _upgrade_team(engine: Engine) -> Outcome:
     from alembic import command
     from alembic.config import Config
     from alembic.util import CommandError
@@ -68,11 +97,10 @@ def upgrade_team(engine: Engine) -> Outcome:
                 config = Config()
                 config.set_main_option("script_location", str(migrations_dir()))
                 config.attributes["connection"] = conn
+                conn.execute(sa.text(f"SET LOCAL lock_timeout = {MIGRATE_LOCK_WAIT_MS}"))
                 # Taken after the schema lock (a thread holding ALEMBIC_LOCK never waits for it).
-                with ALEMBIC_LOCK:
+                with ALEMBIC_LOCK, wait_cap(MIGRATE_WAIT_S):
                     command.upgrade(config, "team@head")
-        except sa.exc.DBAPIError as exc:
-            raise database_error(exc, engine) from None
         except CommandError as exc:
             raise IndexServerError(f"cannot migrate the team index schema: {exc}") from None
     return "created" if current is None else "migrated"
