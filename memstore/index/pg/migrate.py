@@ -67,19 +67,28 @@ def upgrade_team(engine: Engine) -> Outcome:
     """
     if stamped_current(engine):
         return "current"
-    import psycopg
-
     for attempt in range(1, MIGRATE_TRIES + 1):
         try:
             return _upgrade_team(engine)
+        except _GaveWay as gave_way:
+            if attempt == MIGRATE_TRIES:
+                raise database_error(gave_way.error, engine) from None
         except sa.exc.DBAPIError as exc:
-            if not isinstance(exc.orig, psycopg.errors.LockNotAvailable) or attempt == MIGRATE_TRIES:
-                raise database_error(exc, engine) from None
+            raise database_error(exc, engine) from None
         time.sleep(0.05 * attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+class _GaveWay(Exception):
+    """Alembic's DDL met a server lock while ALEMBIC_LOCK was held: released, to be tried again."""
+
+    def __init__(self, error: sa.exc.DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _upgrade_team(engine: Engine) -> Outcome:
+    import psycopg
     from alembic import command
     from alembic.config import Config
     from alembic.util import CommandError
@@ -100,7 +109,12 @@ def _upgrade_team(engine: Engine) -> Outcome:
                 conn.execute(sa.text(f"SET LOCAL lock_timeout = {MIGRATE_LOCK_WAIT_MS}"))
                 # Taken after the schema lock (a thread holding ALEMBIC_LOCK never waits for it).
                 with ALEMBIC_LOCK, wait_cap(MIGRATE_WAIT_S):
-                    command.upgrade(config, "team@head")
+                    try:
+                        command.upgrade(config, "team@head")
+                    except sa.exc.DBAPIError as exc:
+                        if isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+                            raise _GaveWay(exc) from None
+                        raise
         except CommandError as exc:
             raise IndexServerError(f"cannot migrate the team index schema: {exc}") from None
     return "created" if current is None else "migrated"
