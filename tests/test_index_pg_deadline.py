@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import pg_server
 import pytest
 from bounded import run_bounded
+from tcp_forward import TcpForward
 
 from memstore import index_policy
 from memstore.catalog import MemoryCatalog
@@ -141,58 +140,9 @@ def test_the_cli_prints_one_line_and_exits_1(
     assert f"no answer from the server within {CLI_DEADLINE:g} s" in err and out == ""
 
 
-class Partition:
-    """A TCP port forwarding to the server's Unix socket; ``cut()`` stops every byte, sending no reset."""
-
-    def __init__(self, target: Path) -> None:
-        self.target = str(target)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(0.1)
-        self.port = self.listener.getsockname()[1]
-        self.stopping, self.silent = threading.Event(), threading.Event()
-        self.sockets: list[socket.socket] = []
-        self.threads = [threading.Thread(target=self._accept, daemon=True)]
-        self.threads[0].start()
-
-    def cut(self) -> None:
-        self.silent.set()
-
-    def _accept(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                client = self.listener.accept()[0]
-            except TimeoutError:
-                continue
-            server = socket.socket(socket.AF_UNIX)
-            server.connect(self.target)
-            self.sockets += [client, server]
-            pump = threading.Thread(target=self._pump, args=(client, server), daemon=True)
-            self.threads.append(pump)
-            pump.start()
-
-    def _pump(self, one: socket.socket, other: socket.socket) -> None:
-        peer = {one: other, other: one}
-        while not self.stopping.is_set():
-            if self.silent.is_set():
-                time.sleep(0.05)
-                continue
-            for ready in select.select([one, other], [], [], 0.1)[0]:
-                data = ready.recv(65536)
-                if not data:
-                    return
-                peer[ready].sendall(data)
-
-    def close(self) -> None:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(BOUND)
-        for sock in [self.listener, *self.sockets]:
-            sock.close()
-
-
 @pytest.fixture
-def partition(pg_own_cluster: pg_server.Cluster) -> Iterator[Partition]:
-    forward = Partition(Path(pg_own_cluster.socket_dir) / pg_server.SOCKET_NAME)
+def partition(pg_own_cluster: pg_server.Cluster) -> Iterator[TcpForward]:
+    forward = TcpForward(Path(pg_own_cluster.socket_dir) / pg_server.SOCKET_NAME)
     try:
         yield forward
     finally:
@@ -200,7 +150,7 @@ def partition(pg_own_cluster: pg_server.Cluster) -> Iterator[Partition]:
 
 
 def test_a_tcp_connection_has_keepalives_and_a_partition_ends_the_read(
-    urls: pg_server.PgUrls, partition: Partition
+    urls: pg_server.PgUrls, partition: TcpForward
 ) -> None:
     engine = create_engine(f"postgresql://reader@127.0.0.1:{partition.port}/{urls.database}", read_deadline_s=DEADLINE)
     try:

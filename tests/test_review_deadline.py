@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pg_server
 import pytest
 from bounded import run_bounded
+from tcp_forward import TcpForward
 from test_index_pg_deadline import BOUND, DEADLINE, LOCK_WAITS, warnings_of
 
 from memstore.catalog import MemoryCatalog
@@ -83,65 +83,9 @@ STALL = 36.0
 """Longer than tcp_user_timeout (30 s), far below the load's 600 s per-wait limit."""
 
 
-class StallingProxy:
-    """A TCP port forwarding to the server's Unix socket; once ``after`` bytes went to the server it
-    stops reading from the client for ``STALL`` seconds (the client's window fills), then goes on."""
-
-    def __init__(self, target: Path, after: int) -> None:
-        self.target, self.after = str(target), after
-        self.listener = socket.socket(socket.AF_INET)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by accepted sockets
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen()
-        self.listener.settimeout(0.1)
-        self.port = self.listener.getsockname()[1]
-        self.stopping = threading.Event()
-        self.sent = 0
-        self.stall_until = 0.0
-        self.stalled = False
-        self.sockets: list[socket.socket] = []
-        self.threads = [threading.Thread(target=self._accept, daemon=True)]
-        self.threads[0].start()
-
-    def _accept(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                client = self.listener.accept()[0]
-            except TimeoutError:
-                continue
-            server = socket.socket(socket.AF_UNIX)
-            server.connect(self.target)
-            self.sockets += [client, server]
-            pump = threading.Thread(target=self._pump, args=(client, server), daemon=True)
-            self.threads.append(pump)
-            pump.start()
-
-    def _pump(self, client: socket.socket, server: socket.socket) -> None:
-        import select
-
-        peer = {client: server, server: client}
-        while not self.stopping.is_set():
-            watch = [server] if time.monotonic() < self.stall_until else [client, server]
-            for ready in select.select(watch, [], [], 0.1)[0]:
-                try:
-                    data = ready.recv(65536)
-                except OSError:
-                    return
-                if not data:
-                    return
-                peer[ready].sendall(data)
-                if ready is client:
-                    self.sent += len(data)
-                    if self.sent >= self.after and not self.stalled:
-                        self.stalled = True
-                        self.stall_until = time.monotonic() + STALL
-
-    def close(self) -> None:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(BOUND)
-        for sock in [self.listener, *self.sockets]:
-            sock.close()
+def stalling_proxy(target: Path, after: int) -> TcpForward:
+    """Once ``after`` bytes went to the server, it stops reading from the client for STALL seconds."""
+    return TcpForward(target, stall_after=after, stall_s=STALL)
 
 
 def _big_source(root: Path, lines: int) -> None:
@@ -170,7 +114,7 @@ def test_a_load_over_tcp_survives_a_peer_that_stops_reading_for_longer_than_30_s
 
     root = tmp_path / "big"
     _big_source(root, 60_000)
-    proxy = StallingProxy(Path(pg_own_cluster.socket_dir) / pg_server.SOCKET_NAME, after=3_000_000)
+    proxy = stalling_proxy(Path(pg_own_cluster.socket_dir) / pg_server.SOCKET_NAME, after=3_000_000)
     try:
         url = f"postgresql://writer@127.0.0.1:{proxy.port}/{urls.database}"
         with TeamIndex(url) as team:

@@ -65,12 +65,12 @@ def test_a_long_load_wait_still_connects_over_tcp(
     urls: pg_server.PgUrls, pg_own_cluster: pg_server.Cluster, wait_s: float
 ) -> None:
     import sqlalchemy as sa
-    from test_review_deadline import StallingProxy
+    from test_review_deadline import stalling_proxy
 
     from memstore.index.pg_connect import create_engine
 
     # TCP options apply only to TCP connections: a forwarding port that never stalls.
-    proxy = StallingProxy(Path(pg_own_cluster.socket_dir) / pg_server.SOCKET_NAME, after=2**62)
+    proxy = stalling_proxy(Path(pg_own_cluster.socket_dir) / pg_server.SOCKET_NAME, after=2**62)
     engine = create_engine(
         f"postgresql://writer@127.0.0.1:{proxy.port}/{urls.database}", statement_timeout_ms=0, load_wait_s=wait_s
     )
