@@ -12,7 +12,7 @@ from spec_reference import spec_search
 from test_index_differential import reference, write_raw
 from test_team_index_differential import Team, entry_line
 
-from memstore.errors import MemstoreError
+from memstore.errors import IndexServerError, MemstoreError
 from memstore.team_index import TeamIndex
 
 pytestmark = pytest.mark.pg
@@ -44,12 +44,20 @@ def test_search_snapshot_survives_concurrent_rebuild(tmp_path: Path, pg_writer_u
         team.catch_up()
         original = TeamIndex._chosen
         fired = []
+        outcome: list[BaseException | None] = []
+
+        def rebuild() -> None:
+            try:
+                team.writer.reindex(team.roots, full=True)
+                outcome.append(None)
+            except IndexServerError as exc:
+                outcome.append(exc)
 
         def chosen(self, conn, names):  # type: ignore[no-untyped-def]
             result = original(self, conn, names)
             if not fired:
                 fired.append(1)
-                worker = threading.Thread(target=lambda: team.writer.reindex(team.roots, full=True), daemon=True)
+                worker = threading.Thread(target=rebuild, daemon=True)
                 worker.start()
                 worker.join(timeout=60)
             return result
@@ -57,6 +65,8 @@ def test_search_snapshot_survives_concurrent_rebuild(tmp_path: Path, pg_writer_u
         monkeypatch.setattr(TeamIndex, "_chosen", chosen)
         got = team.reader.search("alpha", limit=10, sources=[name])
         assert [hit.entry for hit in got.hits] == spec_search(entries(catalog.path), "alpha", 10)
+        # The rebuild either finished beside the snapshot or waited for it until its lock timeout.
+        assert len(outcome) == 1 and (outcome[0] is None or "lock timeout" in str(outcome[0])), outcome
     finally:
         team.close()
 
