@@ -283,6 +283,21 @@ def connect(url: str, **kwargs: Any) -> Any:
     return psycopg.connect(url, autocommit=True, connect_timeout=10, **kwargs)
 
 
+SERVER_SEES_A_CLOSED_CLIENT_S = 15.0
+"""A backend whose client closed its socket notices at the end of its statement or at the next
+client_connection_check_interval (2 s), not at the close; on a loaded CI machine, later still."""
+
+
+def eventually(holds: Any, *, within_s: float = SERVER_SEES_A_CLOSED_CLIENT_S, every_s: float = 0.1) -> bool:
+    """Whether ``holds()`` becomes true within ``within_s``: for server state that follows a client's act."""
+    give_up = time.monotonic() + within_s
+    while not holds():
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(every_s)
+    return True
+
+
 def provision(cluster: Cluster) -> None:
     """The session database and its roles: one that writes (owns it), one that only reads."""
     with connect(cluster.url(SUPERUSER, "postgres")) as conn:

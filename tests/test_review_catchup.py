@@ -65,19 +65,9 @@ def _held_advisory_locks(admin: str) -> list[tuple[Any, ...]]:
         ).fetchall()
 
 
-KILLED_CLIENT_SEEN_S = 15.0
-"""A killed client's backend drops its session locks once it sees the socket closed: at the end of
-its statement, or at the next client_connection_check_interval (2 s), not at the kill itself."""
-
-
 def _locks_released(admin: str) -> bool:
     """No session holds a source lock, within the time the server takes to see a killed client."""
-    give_up = time.monotonic() + KILLED_CLIENT_SEEN_S
-    while _held_advisory_locks(admin):
-        if time.monotonic() > give_up:
-            return False
-        time.sleep(0.1)
-    return True
+    return pg_server.eventually(lambda: not _held_advisory_locks(admin))
 
 
 @pytest.mark.pg
