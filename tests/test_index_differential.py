@@ -201,6 +201,10 @@ FORCED = {
     "interrupted": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "WALK_SECONDS": 0.0},
     "interrupted, no fallback": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "WALK_SECONDS": 0.0,
                                  "FALLBACK_CAP": 0, "MATCH_TERMS": 0},
+    # One-token walks that first run without their filter: to the end, or cut short at once.
+    "probed walks": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "PROBE_FILTER_ROWS": 0},
+    "probes cut short": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "PROBE_FILTER_ROWS": 0,
+                         "PROBE_SECONDS": 0.0},
 }
 
 
@@ -250,6 +254,11 @@ PLANS = {
     "dense terms": {"TERM_CAP": 0, "CANDIDATE_CAP": 3, "DIRECT_ROWS": 3},
     "no intersections": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "AND_ROWS": 0},
     "no word-index sets": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "MATCH_TERMS": 0, "WALK_SECONDS": 0.0},
+    "probed walks": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "PROBE_FILTER_ROWS": 0},
+    "probes cut short": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "PROBE_FILTER_ROWS": 0,
+                         "PROBE_SECONDS": 0.0},
+    "probes cut short, walks too": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "PROBE_FILTER_ROWS": 0,
+                                    "PROBE_SECONDS": 0.0, "WALK_SECONDS": 0.0},
 }
 
 

@@ -78,6 +78,12 @@ PROGRESS_OPS = 200
 WALK_SECONDS = 0.015
 """How long the walk may run before a cheaper exact pass is considered.  Either path
 gives the exact answer; the budget only decides which one is taken."""
+PROBE_SECONDS = 0.004
+"""How long a one-token walk may first run without its filter, when building it costs more."""
+PROBE_FILTER_ROWS = 20_000
+"""A filter holding this many rows costs more to build (~0.35 µs a row, before the walk reads
+its first row) than the probe: a common token's walk ends in the first class's newest rows,
+often before its filter would be built."""
 ROW_SECONDS = 3e-6
 """About what scoring one row outright costs (reading it): the walk over a narrowed set gets that
 much time per row before the set is scored outright instead."""
@@ -172,6 +178,16 @@ class AnyOf:
 
 Match = Has | AllOf | AnyOf
 """A set of rows the word index can produce: backends compile it to their own SQL."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """The rows of a word-index set, fetched once: scoring them then costs a read of each row,
+    where scoring the expression would evaluate it in the word index a second time."""
+
+    rows: int
+    held: object
+    """The backend's own form of the set (only it reads this)."""
 
 
 def term_count(match: Match) -> int:
@@ -293,16 +309,19 @@ class SearchQueries(Protocol):
         """Ids of the rows ``match`` admits, when fewer than ``cap``; else None."""
         ...
 
-    def count(self, match: Match, cap: int) -> int:
-        """How many rows ``match`` admits, counted up to ``cap``."""
+    def fetch(self, match: Match, cap: int) -> Fetched | None:
+        """The rows ``match`` admits, held for :meth:`score_fetched`, when fewer than ``cap``; else None.
+
+        About what counting them costs: the set stays in the backend's own form.
+        """
         ...
 
     def score_ids(self, ids: set[int], k: int) -> list[Hit]:
         """The best ``k`` of these rows that match every token (and the filter), ordered."""
         ...
 
-    def score_match(self, match: Match, k: int) -> list[Hit]:
-        """The best ``k`` of the rows ``match`` admits that match every token (and the filter)."""
+    def score_fetched(self, fetched: Fetched, k: int) -> list[Hit]:
+        """The best ``k`` of the fetched rows that match every token (and the filter), ordered."""
         ...
 
     def restricted(self, cap: int, k: int) -> list[Hit] | None:
@@ -351,8 +370,8 @@ class Planner:
         # the walks give way only when they have brought in a large share of the catalog.
         self.walk_cap = max(WALK_ROWS, 4 * k, total_rows // WALK_SHARE)
         self.terms: list[TokenTerms] = []
-        self.narrowed: tuple[Match, int] | None = None
-        """A superset of the matching rows and its size, found by the narrow step: the walk reads only these."""
+        self.narrowed: tuple[Match, Fetched] | None = None
+        """A superset of the matching rows, found by the narrow step: the walk reads only these."""
 
     # ------------------------------------------------------------------ the plan
 
@@ -389,7 +408,7 @@ class Planner:
             elif self.narrowed is not None:
                 # Rows reaching the ceiling (this token in both columns) are rare, so a walk would
                 # read most of the narrowed set: scoring all of it costs no more, and is bounded.
-                top.offer_all(self._score_match(*self.narrowed))
+                top.offer_all(self._score_fetched(self.narrowed[1]))
                 return top.result()
             else:
                 both = self._expand_both(found)
@@ -433,8 +452,7 @@ class Planner:
         """The rarest token's rows, or the rare tokens' common rows, scored when few.
 
         When they are too many to score outright but few enough to count, they become the
-        walk's only filter (``self.narrowed``): the walk then reads only those rows.  Sets
-        counted here never leave the backend: scoring and walking take the same expression.
+        walk's only filter (``self.narrowed``): the walk then reads only those rows.
         """
         known = self._known()
         if not known:
@@ -453,22 +471,37 @@ class Planner:
             exact = all(self.terms[index].parts == 1 for index, _whole in small)
             options.append((all_of([whole for _index, whole in small]), label, exact))
         for match, label, exact in options:
-            count = self._narrow_count(match, label)
-            if count >= SET_ROWS:
+            fetched = self._narrow_rows(match, label)
+            if fetched is None:
                 continue
             # A superset (a token with separators or several pieces) may hold few true matches,
             # so a walk over it could find none and read every row: score it outright.
-            if count < self.direct or not exact:
-                return self._score_match(match, count)
-            if self.narrowed is None or count < self.narrowed[1]:
-                self.narrowed = (match, count)
+            if fetched.rows < self.direct or not exact:
+                return self._score_fetched(fetched)
+            if self.narrowed is None or fetched.rows < self.narrowed[1].rows:
+                self.narrowed = (match, fetched)
         return None
 
     def _filters(self) -> list[Match]:
         """Word-index sets a walk tests rows against before reading them: the rare tokens' rows."""
         if self.narrowed is not None:
             return [self.narrowed[0]]
-        return [whole for rows, _index, whole in self._known() if rows <= FILTER_ROWS][:MAX_FILTERS]
+        return [whole for _rows, whole in self._filter_sets()]
+
+    def _filter_sets(self) -> list[tuple[int, Match]]:
+        return [(rows, whole) for rows, _index, whole in self._known() if rows <= FILTER_ROWS][:MAX_FILTERS]
+
+    def _probe_first(self) -> bool:
+        """Whether the walk should first run briefly without its filter, which is costly to build.
+
+        Only for one token: its rows are dense in the walk's order when its filter is large, so
+        a short walk often fills the top k; rows matching several tokens at once may be sparse.
+        """
+        return (
+            self.narrowed is None
+            and len(self.terms) == 1
+            and sum(rows for rows, _whole in self._filter_sets()) >= PROBE_FILTER_ROWS
+        )
 
     def _expand_column(self, found: TokenTerms, kind: int) -> set[int] | None:
         """The rows holding the token in this column when few (empty when it cannot be there)."""
@@ -504,11 +537,11 @@ class Planner:
     def _mark(self, code: str, kind: int) -> TermSet:
         return self.q.mark(code, kind)
 
-    def _narrow_count(self, match: Match, _label: str) -> int:
-        return self.q.count(match, SET_ROWS)
+    def _narrow_rows(self, match: Match, _label: str) -> Fetched | None:
+        return self.q.fetch(match, SET_ROWS)
 
-    def _score_match(self, match: Match, _rows: int) -> list[Hit]:
-        return self.q.score_match(match, self.k)
+    def _score_fetched(self, fetched: Fetched) -> list[Hit]:
+        return self.q.score_fetched(fetched, self.k)
 
     def _expand_ids(self, _token: str, _kind: int, match: Match) -> set[int] | None:
         return self.q.ids(match, self.cap)
@@ -516,8 +549,8 @@ class Planner:
     def _both_ids(self, _token: str, match: Match) -> set[int] | None:
         return self.q.ids(match, self.cap)
 
-    def _fallback_count(self, match: Match) -> int:
-        return self.q.count(match, FALLBACK_CAP)
+    def _fallback_rows(self, match: Match) -> Fetched | None:
+        return self.q.fetch(match, FALLBACK_CAP)
 
     def _score_ids(self, ids: set[int]) -> list[Hit]:
         return self.q.score_ids(ids, self.k) if ids else []
@@ -543,21 +576,27 @@ class Planner:
         # The (bonus, created_at, id) of the last row taken: a resumed walk starts just after it.
         reached: list[tuple[int, str, int]] = []
         # Over a narrowed set the walk gets about the time scoring the whole set would take.
-        budget = WALK_SECONDS if self.narrowed is None else min(WALK_SECONDS, self.narrowed[1] * ROW_SECONDS)
+        budget = WALK_SECONDS if self.narrowed is None else min(WALK_SECONDS, self.narrowed[1].rows * ROW_SECONDS)
         try:
-            self._walk_rows(filters, None, budget, ceiling, expanded, top, reached)
+            if self._probe_first():
+                try:
+                    self._walk_rows([], None, PROBE_SECONDS, ceiling, expanded, top, reached)
+                    return
+                except WalkInterrupted:
+                    pass  # carries on with the filter, just after the last row the probe took
+            self._walk_rows(filters, reached[0] if reached else None, budget, ceiling, expanded, top, reached)
             return
         except WalkInterrupted:
             pass
         if self.narrowed is not None:
             # A walk over few rows that cannot stop early: scoring them all costs less.
-            top.offer_all(self._score_match(*self.narrowed))
+            top.offer_all(self._score_fetched(self.narrowed[1]))
             return
         fallback = self._fallback_match()
         if fallback is not None:
-            count = self._fallback_count(fallback)
-            if count < FALLBACK_CAP:
-                top.offer_all(self._score_match(fallback, count))
+            fetched = self._fallback_rows(fallback)
+            if fetched is not None:
+                top.offer_all(self._score_fetched(fetched))
                 return
         restricted = self._restricted_fallback() if self.q.filtered else None
         if restricted is not None:

@@ -22,6 +22,7 @@ from memstore.index.search import (
     FETCH,
     FIRST_FETCH,
     PROGRESS_OPS,
+    Fetched,
     Hit,
     Match,
     Planner,
@@ -115,12 +116,15 @@ class SqliteSearch:
         row = self.conn.execute("SELECT n FROM term WHERE kind = ? AND text = ?", (kind, code)).fetchone()
         return TermSet((), 0) if row is None else TermSet((code,), int(row[0]))
 
-    def count(self, match: Match, cap: int) -> int:
-        row = self.conn.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?)",
+    def fetch(self, match: Match, cap: int) -> Fetched | None:
+        # One row back, the ids as the JSON list scoring binds: no Python object per row.
+        count, listed = self.conn.execute(
+            "SELECT count(*), group_concat(id) FROM (SELECT rowid AS id FROM doc_fts WHERE doc_fts MATCH ? LIMIT ?)",
             (fts_expression(match), cap),
         ).fetchone()
-        return int(row[0])
+        if count >= cap:
+            return None
+        return Fetched(int(count), f"[{listed or ''}]")
 
     def ids(self, match: Match, cap: int) -> set[int] | None:
         rows = self.conn.execute(
@@ -133,14 +137,16 @@ class SqliteSearch:
     # ------------------------------------------------------------------ exact scoring
 
     def score_ids(self, ids: set[int], k: int) -> list[Hit]:
-        sql = f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
-        return self._hits(sql + self.order, ids=json.dumps(sorted(ids)), k=k)
+        return self._score_listed(json.dumps(sorted(ids)), k)
 
-    def score_match(self, match: Match, k: int) -> list[Hit]:
-        within = "d.id IN (SELECT rowid FROM doc_fts WHERE doc_fts MATCH :m)"
-        return self._hits(
-            f"{self.select} FROM doc d WHERE {within} AND {self.match_sql}" + self.order, m=fts_expression(match), k=k
-        )
+    def score_fetched(self, fetched: Fetched, k: int) -> list[Hit]:
+        assert isinstance(fetched.held, str), "fetched by another backend"
+        return self._score_listed(fetched.held, k)
+
+    def _score_listed(self, ids: str, k: int) -> list[Hit]:
+        """Score the rows of a JSON list of ids."""
+        sql = f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
+        return self._hits(sql + self.order, ids=ids, k=k)
 
     def restricted(self, cap: int, k: int) -> list[Hit] | None:
         if self.restriction is None:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 from memstore.index import search
-from memstore.index.search import Hit, Match, Planner, SearchQueries, TopK
+from memstore.index.search import Fetched, Hit, Match, Planner, SearchQueries, TopK
 from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet, mark_chars
 
 
@@ -171,21 +171,21 @@ class TracedPlanner(Planner):
             step.outcome = f"in at most {found.rows} rows" if found.terms else "in no row"
         return found
 
-    def _narrow_count(self, match: Match, label: str) -> int:
+    def _narrow_rows(self, match: Match, label: str) -> Fetched | None:
         self._phase = "narrow"
         with self.trace.timed("narrow", f"rows of {label} in the word index") as step:
-            count = super()._narrow_count(match, label)
-            if count >= search.SET_ROWS:
+            fetched = super()._narrow_rows(match, label)
+            if fetched is None:
                 step.outcome = f"too many (at least {search.SET_ROWS})"
             else:
-                step.candidates = count
-                step.outcome = "few: scored outright" if count < self.direct else f"fewer than {search.SET_ROWS}"
-        return count
+                step.candidates = fetched.rows
+                step.outcome = "few: scored outright" if fetched.rows < self.direct else f"fewer than {search.SET_ROWS}"
+        return fetched
 
-    def _score_match(self, match: Match, rows: int) -> list[Hit]:
+    def _score_fetched(self, fetched: Fetched) -> list[Hit]:
         with self.trace.timed(self._phase, "score the candidates in SQL") as step:
-            hits = super()._score_match(match, rows)
-            step.candidates, step.outcome = rows, "scored"
+            hits = super()._score_fetched(fetched)
+            step.candidates, step.outcome = fetched.rows, "scored"
         return hits
 
     def _expand_ids(self, token: str, kind: int, match: Match) -> set[int] | None:
@@ -202,14 +202,14 @@ class TracedPlanner(Planner):
             step.candidates, step.outcome = _few(found, self.cap)
         return found
 
-    def _fallback_count(self, match: Match) -> int:
+    def _fallback_rows(self, match: Match) -> Fetched | None:
         self._phase = "fallback"
         with self.trace.timed("fallback", "rows the word index admits for every token") as step:
-            count = super()._fallback_count(match)
-            few = count < search.FALLBACK_CAP
-            step.candidates = count if few else None
+            fetched = super()._fallback_rows(match)
+            step.candidates = None if fetched is None else fetched.rows
+            few = fetched is not None
             step.outcome = "few enough to score them all" if few else f"too many (at least {search.FALLBACK_CAP})"
-        return count
+        return fetched
 
     def _score_ids(self, ids: set[int]) -> list[Hit]:
         if not ids:
@@ -241,9 +241,11 @@ class TracedPlanner(Planner):
         filters = self._filters()
         detail = f"every bonus class, best first; best reachable score {ceiling} + bonus"
         if self.narrowed is not None:
-            detail += f"; only the {self.narrowed[1]} narrowed rows"
+            detail += f"; only the {self.narrowed[1].rows} narrowed rows"
         elif filters:
             detail += f"; rows tested against {len(filters)} word-index set(s) first"
+            if self._probe_first():
+                detail += f" (after {search.PROBE_SECONDS * 1000:g} ms without them)"
         with self.trace.timed("walk", detail) as step:
             before = len(self.trace.steps)
             self._phase = "fallback"

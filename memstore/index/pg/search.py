@@ -29,7 +29,18 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
-from memstore.index.search import FETCH, FIRST_FETCH, AllOf, AnyOf, Has, Hit, Match, WalkInterrupted, WalkRow
+from memstore.index.search import (
+    FETCH,
+    FIRST_FETCH,
+    AllOf,
+    AnyOf,
+    Fetched,
+    Has,
+    Hit,
+    Match,
+    WalkInterrupted,
+    WalkRow,
+)
 from memstore.index.terms import CONTENT, CONTENT_MARKS, END, ENDS, INSIDE, START, STARTS, TAGS, WHOLE, TermSet
 from memstore.models import CONTENT_POINTS, TAG_POINTS
 
@@ -183,13 +194,6 @@ class PgSearch:
 
     # ------------------------------------------------------------------ word-index sets
 
-    def count(self, match: Match, cap: int) -> int:
-        params: dict[str, Any] = {"cap": cap}
-        where = self._where(match, params)
-        self._set(enable_seqscan="off")
-        sql = f"SELECT count(*) FROM (SELECT 1 FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s) x"
-        return int(self._rows(sql, params)[0][0])
-
     def ids(self, match: Match, cap: int) -> set[int] | None:
         params: dict[str, Any] = {"cap": cap}
         where = self._where(match, params)
@@ -198,6 +202,18 @@ class PgSearch:
         if len(rows) >= cap:
             return None
         return {int(row[0]) for row in rows}
+
+    def fetch(self, match: Match, cap: int) -> Fetched | None:
+        """Counted, and held as its expression: scoring evaluates it again, in the same snapshot.
+
+        Fetching the keys instead would bring every row into Python to send it back.
+        """
+        params: dict[str, Any] = {"cap": cap}
+        where = self._where(match, params)
+        self._set(enable_seqscan="off")
+        sql = f"SELECT count(*) FROM (SELECT 1 FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s) x"
+        count = int(self._rows(sql, params)[0][0])
+        return None if count >= cap else Fetched(count, match)
 
     # ------------------------------------------------------------------ exact scoring
 
@@ -212,7 +228,9 @@ class PgSearch:
         )
         return self._hits(sql, {"kp": parts, "ki": row_ids, "k": k})
 
-    def score_match(self, match: Match, k: int) -> list[Hit]:
+    def score_fetched(self, fetched: Fetched, k: int) -> list[Hit]:
+        match = fetched.held
+        assert isinstance(match, Has | AllOf | AnyOf), "fetched by another backend"
         params: dict[str, Any] = {"k": k}
         where = self._where(match, params)
         self._set(enable_seqscan="off")

@@ -1,0 +1,126 @@
+"""The planner's probe: a one-token walk first runs briefly without its costly filter.
+
+Building a large word-index filter costs more than walking a common token's first rows, so
+a walk that ends early (a dense token) ends before the filter would exist.  When the probe is
+cut short, the filtered walk carries on just after the last row the probe took: every answer
+stays the scan's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_index_differential import reference_search, write_raw
+
+from memstore.catalog import MemoryCatalog
+from memstore.index import search
+from memstore.index.search import WalkInterrupted
+from memstore.index.sqlite_search import SqliteSearch
+
+STAMPS = ["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00", "2025-12-31T23:59:59+00:00"]
+
+
+def _catalog(root: Path, rows: int = 3000) -> MemoryCatalog:
+    """A common token ('common') in every row, bonus classes of every size, timestamps that tie."""
+    catalog = MemoryCatalog(root)
+    lines = []
+    for i in range(rows):
+        tags = ["auto-curated"] if i % 97 == 0 else (["run-summary"] if i % 89 == 0 else ["misc"])
+        content = f"common row{i}" + (" rare" if i % 500 == 0 else "")
+        entry = {"memory_id": f"m{i}", "content": content, "tags": tags, "created_at": STAMPS[i % 3]}
+        lines.append(json.dumps(entry, sort_keys=True))
+    write_raw(catalog.path, ("\n".join(lines) + "\n").encode())
+    return catalog
+
+
+class _Walks:
+    """Records every walk the planner starts; ``cut_probe`` ends a probe after its first batch."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, cut_probe: bool = False) -> None:
+        self.calls: list[tuple[int, tuple[int, str, int] | None]] = []
+        self.probe_rows: list[Any] = []
+        real = SqliteSearch.walk
+        walks = self
+
+        def walk(
+            queries: SqliteSearch, filters: Sequence[search.Match], after: Any, seconds: float | None
+        ) -> Generator[list[Any], None, None]:
+            walks.calls.append((len(filters), after))
+            batches = real(queries, filters, after, seconds)
+            try:
+                for rows in batches:
+                    if not filters:
+                        walks.probe_rows.append(rows[-1])
+                    yield rows
+                    if cut_probe and not filters:
+                        raise WalkInterrupted
+            finally:
+                batches.close()
+
+        monkeypatch.setattr(SqliteSearch, "walk", walk)
+
+
+@pytest.fixture
+def small_caps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No outright scoring of large sets and a probe for any filter, so a small catalog walks."""
+    for name, value in {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "PROBE_FILTER_ROWS": 0}.items():
+        monkeypatch.setattr(search, name, value)
+
+
+@pytest.mark.usefixtures("small_caps")
+def test_a_dense_token_walk_ends_in_the_probe_and_never_builds_its_filter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = _catalog(tmp_path)
+    catalog.search("common")  # builds the index
+    walks = _Walks(monkeypatch)
+    for limit in (1, 10, 25):
+        walks.calls.clear()
+        assert catalog.search("common", limit=limit) == reference_search(catalog.path, "common", limit)
+        assert walks.calls == [(0, None)], "the probe alone answered: no filtered walk"
+    plan = catalog.explain("common")
+    walk = next(step for step in plan.steps if step.step == "walk")
+    assert "without them" in walk.detail and walk.outcome == "done"
+
+
+@pytest.mark.usefixtures("small_caps")
+def test_a_probe_cut_short_carries_on_after_the_rows_it_took(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = _catalog(tmp_path)
+    catalog.search("common")
+    walks = _Walks(monkeypatch, cut_probe=True)
+    for limit in (1, 10, 25, 200):
+        walks.calls.clear()
+        walks.probe_rows.clear()
+        assert catalog.search("common", limit=limit) == reference_search(catalog.path, "common", limit)
+        probe, *rest = walks.calls
+        assert probe == (0, None) and walks.probe_rows, "the probe ran and took a batch"
+        if rest:  # the probe's batch may already hold the whole answer for a small limit
+            row_id, _score, created_at, bonus = walks.probe_rows[-1]
+            assert rest[0] == (1, (bonus, created_at, row_id)), "the filtered walk starts after the probe's last row"
+
+
+@pytest.mark.usefixtures("small_caps")
+def test_several_tokens_walk_with_their_filters_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows holding several tokens may be sparse in the walk's order: no probe."""
+    catalog = _catalog(tmp_path)
+    catalog.search("common")
+    walks = _Walks(monkeypatch)
+    for query in ("common rare", "row1 common"):
+        walks.calls.clear()
+        assert catalog.search(query, limit=10) == reference_search(catalog.path, query, 10)
+        assert all(filters > 0 for filters, _after in walks.calls), (query, walks.calls)
+
+
+def test_a_small_filter_is_built_without_a_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below PROBE_FILTER_ROWS the filter costs less than the probe would."""
+    for name, value in {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3}.items():
+        monkeypatch.setattr(search, name, value)
+    catalog = _catalog(tmp_path)
+    catalog.search("common")
+    walks = _Walks(monkeypatch)
+    assert catalog.search("common", limit=10) == reference_search(catalog.path, "common", 10)
+    assert walks.calls and walks.calls[0][0] == 1
