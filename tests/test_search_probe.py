@@ -124,3 +124,34 @@ def test_a_small_filter_is_built_without_a_probe(tmp_path: Path, monkeypatch: py
     walks = _Walks(monkeypatch)
     assert catalog.search("common", limit=10) == reference_search(catalog.path, "common", 10)
     assert walks.calls and walks.calls[0][0] == 1
+
+
+@pytest.mark.pg
+@pytest.mark.usefixtures("small_caps")
+def test_a_team_walk_tests_its_filter_row_by_row_and_never_probes(
+    tmp_path: Path, pg_database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL builds no filter before the walk's first row: a probe would only add round trips."""
+    from spec_reference import spec_search
+    from test_index_differential import reference
+    from test_team_index_differential import Team
+
+    from memstore.index.pg import search as pg_search
+
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 1)
+    (catalog,) = team.catalogs.values()
+    write_raw(catalog.path, _catalog(tmp_path / "lines").path.read_bytes())
+    team.catch_up()
+    filters_of_walks: list[int] = []
+    real = pg_search.PgSearch.walk
+
+    def walk(queries: Any, filters: Sequence[search.Match], *args: Any) -> Generator[list[Any], None, None]:
+        filters_of_walks.append(len(filters))
+        return real(queries, filters, *args)
+
+    monkeypatch.setattr(pg_search.PgSearch, "walk", walk)
+    union = [entry for _order, entry in reference(catalog.path)]
+    for limit in (1, 10):
+        got = team.reader.search("common", limit=limit, sources=list(team.roots))
+        assert [hit.entry for hit in got.hits] == spec_search(union, "common", limit)
+    assert filters_of_walks and all(filters_of_walks), filters_of_walks

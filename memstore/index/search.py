@@ -293,6 +293,9 @@ class SearchQueries(Protocol):
     """The filter can admit no SQL-held row (only the caller's odd rows can match)."""
     filtered: bool
     """A filter restricts the rows (``restricted`` may then narrow to them)."""
+    walk_builds_filters: bool
+    """A walk builds each word-index filter whole before it reads a row (so a large one is worth
+    a probe without it); otherwise filters are tested row by row as the walk goes."""
 
     def lookup(self, piece: str, position: str, cap: int) -> tuple[TermSet, TermSet]:
         """The content and tag terms holding ``piece`` at ``position`` (None terms when more than ``cap``).
@@ -498,7 +501,8 @@ class Planner:
         a short walk often fills the top k; rows matching several tokens at once may be sparse.
         """
         return (
-            self.narrowed is None
+            self.q.walk_builds_filters
+            and self.narrowed is None
             and len(self.terms) == 1
             and sum(rows for rows, _whole in self._filter_sets()) >= PROBE_FILTER_ROWS
         )

@@ -64,6 +64,9 @@ POSITION_SQL = {
 class SqliteSearch:
     """The SQL of one search over one index snapshot (see :class:`memstore.index.search.SearchQueries`)."""
 
+    walk_builds_filters = True
+    """``d.id IN (SELECT rowid FROM doc_fts ...)`` is a list SQLite builds before the walk's first row."""
+
     def __init__(self, conn: sqlite3.Connection, tokens: Sequence[str], *, restriction: Restriction | None) -> None:
         self.conn = conn
         self.restriction = restriction

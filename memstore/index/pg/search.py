@@ -91,6 +91,8 @@ class PgSearch:
 
     restriction_impossible = False
     filtered = False
+    walk_builds_filters = False
+    """A filter is a condition on each row the walk index brings (sorts and bitmaps are off)."""
 
     def __init__(self, conn: PgConn, tokens: Sequence[str], *, parts: Mapping[int, int]) -> None:
         """``parts`` maps each chosen source's sid to its current partition."""
