@@ -155,6 +155,11 @@ def test_a_bad_deadline_setting_in_a_store_read_is_a_warning_not_a_silent_busy(
 # _Expired leaks into psycopg's warning ("query cancellation interrupted (_Expired)").
 
 
+CTRL_C_BOUND = DEADLINE + 2.0
+"""Ctrl-C ends the read at its deadline (2 s); the defect, after the cancel's own 5 s (5.3 s at the
+earliest).  Between the two, with room for a loaded machine (DEADLINE + 1.0 left it 1 s)."""
+
+
 def test_ctrl_c_during_a_frozen_read_ends_within_the_deadline_and_logs_nothing_private(
     tmp_path: Path, urls: pg_server.PgUrls, pg_own_cluster: pg_server.Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -176,7 +181,7 @@ def test_ctrl_c_during_a_frozen_read_ends_within_the_deadline_and_logs_nothing_p
                 team.search("lake")
             took = time.monotonic() - started
             timer.join()
-    assert took < DEADLINE + 1.0, f"Ctrl-C took {took:.1f} s, the read's deadline is {DEADLINE} s"
+    assert took < CTRL_C_BOUND, f"Ctrl-C took {took:.1f} s, the read's deadline is {DEADLINE} s"
     assert not any("_Expired" in r.getMessage() for r in caplog.records), caplog.text
 
 
