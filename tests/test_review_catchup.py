@@ -101,6 +101,8 @@ def test_team_lock_timeout_leaves_a_usable_pool(
             _write(tmp_path, [entry_line("more", memory_id="m2")], append=True)
             with pytest.raises(Exception, match="lock"):
                 team.reindex({"s": tmp_path})
+        # Closing ``other`` does not release its lock at once: its backend must exit first.
+        assert _locks_released(pg_database.admin), _held_advisory_locks(pg_database.admin)
         report = team.reindex({"s": tmp_path})
         assert report.sources[0].action == "appended"
         assert _held_advisory_locks(pg_database.admin) == []

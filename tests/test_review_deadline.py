@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pg_server
 import pytest
@@ -155,11 +156,46 @@ def test_a_bad_deadline_setting_in_a_store_read_is_a_warning_not_a_silent_busy(
 # _Expired leaks into psycopg's warning ("query cancellation interrupted (_Expired)").
 
 
+CTRL_C_BOUND = DEADLINE + 2.0
+"""Ctrl-C ends the read at its deadline (2 s); the defect, after the cancel's own 5 s (5.3 s at the
+earliest).  Between the two, with room for a loaded machine (DEADLINE + 1.0 left it 1 s)."""
+
+
+def _ctrl_c_read(team: Any, cluster: pg_server.Cluster) -> tuple[float, float | None, BaseException]:
+    """One search on the frozen server, with SIGINT sent 0.3 s in: (took, sent at, what it raised).
+
+    ``sent at`` is None when the signal went out only after the search had ended (a machine too
+    loaded to run the timer in time); the late interrupt is absorbed here, not by the test run.
+    """
+    import signal
+
+    sent: list[float] = []
+
+    def interrupt() -> None:
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with pg_server.frozen(cluster):
+        timer = threading.Timer(0.3, interrupt)
+        started = time.monotonic()
+        timer.start()
+        try:
+            team.search("lake")
+            raised: BaseException = AssertionError("the search on a frozen server returned")
+        except BaseException as exc:  # KeyboardInterrupt is the outcome expected
+            raised = exc
+        took = time.monotonic() - started
+        try:
+            timer.join()
+            time.sleep(0.05)  # a signal sent after the search ended is handled here
+        except KeyboardInterrupt:
+            pass
+    return took, (sent[0] - started if sent and sent[0] - started < took else None), raised
+
+
 def test_ctrl_c_during_a_frozen_read_ends_within_the_deadline_and_logs_nothing_private(
     tmp_path: Path, urls: pg_server.PgUrls, pg_own_cluster: pg_server.Cluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import signal
-
     from memstore.team_index import TeamIndex
 
     root = tmp_path / "ki"
@@ -168,15 +204,14 @@ def test_ctrl_c_during_a_frozen_read_ends_within_the_deadline_and_logs_nothing_p
         writer.reindex({"ki": root})
     with TeamIndex(urls.reader, read_deadline_s=DEADLINE) as team:
         assert team.search("lake").hits
-        with caplog.at_level(logging.WARNING), pg_server.frozen(pg_own_cluster):
-            timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-            started = time.monotonic()
-            timer.start()
-            with pytest.raises(KeyboardInterrupt):
-                team.search("lake")
-            took = time.monotonic() - started
-            timer.join()
-    assert took < DEADLINE + 1.0, f"Ctrl-C took {took:.1f} s, the read's deadline is {DEADLINE} s"
+        with caplog.at_level(logging.WARNING):
+            for _attempt in range(3):
+                took, sent_at, raised = _ctrl_c_read(team, pg_own_cluster)
+                if sent_at is not None:
+                    break
+    assert sent_at is not None, "the timer never sent SIGINT before the read ended: the machine is too loaded"
+    assert isinstance(raised, KeyboardInterrupt), f"Ctrl-C {sent_at:.1f} s into the read ended it with {raised!r}"
+    assert took < CTRL_C_BOUND, f"Ctrl-C took {took:.1f} s, the read's deadline is {DEADLINE} s"
     assert not any("_Expired" in r.getMessage() for r in caplog.records), caplog.text
 
 
