@@ -205,6 +205,10 @@ FORCED = {
     "probed walks": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "PROBE_FILTER_ROWS": 0},
     "probes cut short": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "PROBE_FILTER_ROWS": 0,
                          "PROBE_SECONDS": 0.0},
+    # Filters that would take the walk's whole budget to build: the fallback, or the unbudgeted walk.
+    "filters outlast the budget": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "FILTER_ROW_SECONDS": 1.0},
+    "filters outlast, no fallback": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "FILTER_ROW_SECONDS": 1.0,
+                                     "FALLBACK_CAP": 0},
 }
 
 
@@ -259,6 +263,9 @@ PLANS = {
                          "PROBE_SECONDS": 0.0},
     "probes cut short, walks too": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "PROBE_FILTER_ROWS": 0,
                                     "PROBE_SECONDS": 0.0, "WALK_SECONDS": 0.0},
+    "filters outlast the budget": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "FILTER_ROW_SECONDS": 1.0},
+    "filters outlast, no fallback": {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "FILTER_ROW_SECONDS": 1.0,
+                                     "FALLBACK_CAP": 0},
 }
 
 

@@ -42,6 +42,7 @@ class _Walks:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, cut_probe: bool = False) -> None:
         self.calls: list[tuple[int, tuple[int, str, int] | None]] = []
+        self.budgets: list[float | None] = []
         self.probe_rows: list[Any] = []
         real = SqliteSearch.walk
         walks = self
@@ -50,6 +51,7 @@ class _Walks:
             queries: SqliteSearch, filters: Sequence[search.Match], after: Any, seconds: float | None
         ) -> Generator[list[Any], None, None]:
             walks.calls.append((len(filters), after))
+            walks.budgets.append(seconds)
             batches = real(queries, filters, after, seconds)
             try:
                 for rows in batches:
@@ -155,3 +157,24 @@ def test_a_team_walk_tests_its_filter_row_by_row_and_never_probes(
         got = team.reader.search("common", limit=limit, sources=list(team.roots))
         assert [hit.entry for hit in got.hits] == spec_search(union, "common", limit)
     assert filters_of_walks and all(filters_of_walks), filters_of_walks
+
+
+@pytest.mark.usefixtures("small_caps")
+@pytest.mark.parametrize("fallback_cap", [search.FALLBACK_CAP, 0])
+def test_filters_that_would_outlast_the_budget_skip_the_budgeted_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallback_cap: int
+) -> None:
+    """The walk would spend its whole budget building its filters and read nothing: go on at once."""
+    monkeypatch.setattr(search, "FILTER_ROW_SECONDS", 1.0)
+    monkeypatch.setattr(search, "FALLBACK_CAP", fallback_cap)
+    catalog = _catalog(tmp_path)
+    catalog.search("common")
+    walks = _Walks(monkeypatch)
+    for query in ("common rare", "row1 common", "common"):
+        walks.calls.clear()
+        walks.budgets.clear()
+        assert catalog.search(query, limit=10) == reference_search(catalog.path, query, 10)
+        filtered = [budget for (filters, _after), budget in zip(walks.calls, walks.budgets, strict=True) if filters]
+        assert all(budget is None for budget in filtered), (query, walks.calls, walks.budgets)
+        if fallback_cap == 0 and query != "common":
+            assert filtered, "with no fallback the walk carries on without a budget"

@@ -246,13 +246,19 @@ class TracedPlanner(Planner):
             detail += f"; rows tested against {len(filters)} word-index set(s) first"
             if self._probe_first():
                 detail += f" (after {search.PROBE_SECONDS * 1000:g} ms without them)"
+            if self._filters_outlast(search.WALK_SECONDS):
+                detail += "; too large to build within its budget"
         with self.trace.timed("walk", detail) as step:
             before = len(self.trace.steps)
             self._phase = "fallback"
             super()._walk(ceiling, expanded, top)
             interrupted = len(self.trace.steps) > before
             step.candidates = self.walked
-            step.outcome = "over its time budget" if interrupted else "done"
+            skipped = self.narrowed is None and self._filters_outlast(search.WALK_SECONDS)
+            if not interrupted:
+                step.outcome = "done"
+            else:
+                step.outcome = "the fallback first" if skipped else "over its time budget"
 
 
 def _terms_outcome(found: TermSet) -> str:
