@@ -317,7 +317,8 @@ class SearchQueries(Protocol):
     def fetch(self, match: Match, cap: int) -> Fetched | None:
         """The rows ``match`` admits, held for :meth:`score_fetched`, when fewer than ``cap``; else None.
 
-        About what counting them costs: the set stays in the backend's own form.
+        A little more than counting them (SQLite joins the ids into one string, also when they turn
+        out too many: 4.4 against 2.8 ms at the 30,000 cap); the set stays in the backend's own form.
         """
         ...
 
