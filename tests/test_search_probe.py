@@ -1,4 +1,4 @@
-"""The planner's probe: a one-token walk first runs briefly without its costly filter.
+"""The walk's time budgets: the probe, filters that outlast the budget, and Ctrl-C during a walk.
 
 Building a large word-index filter costs more than walking a common token's first rows, so
 a walk that ends early (a dense token) ends before the filter would exist.  When the probe is
@@ -178,3 +178,35 @@ def test_filters_that_would_outlast_the_budget_skip_the_budgeted_walk(
         assert all(budget is None for budget in filtered), (query, walks.calls, walks.budgets)
         if fallback_cap == 0 and query != "common":
             assert filtered, "with no fallback the walk carries on without a budget"
+
+
+@pytest.mark.usefixtures("small_caps")
+def test_ctrl_c_during_a_budgeted_walk_is_a_keyboard_interrupt_not_a_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal's KeyboardInterrupt raised inside the progress handler is discarded by sqlite3, which
+    only stops the statement: read as the budget running out, the search carried on to the fallback."""
+    import sys
+    import time
+
+    from memstore.index import sqlite_search
+
+    catalog = _catalog(tmp_path)
+    catalog.search("common")
+    monkeypatch.setattr(search, "WALK_SECONDS", 60.0)  # the budget never runs out by itself
+    real = time.perf_counter
+    calls = {"n": 0}
+
+    def perf_counter() -> float:
+        if sys._getframe(1).f_code.co_name == "over_budget":
+            calls["n"] += 1
+            if calls["n"] == 1:  # the walk's first progress callback: where a Ctrl-C's handler runs
+                raise KeyboardInterrupt
+        return real()
+
+    monkeypatch.setattr(sqlite_search.time, "perf_counter", perf_counter)
+    with pytest.raises(KeyboardInterrupt):
+        catalog.search("common", limit=10)
+    assert calls["n"] == 1
+    monkeypatch.setattr(sqlite_search.time, "perf_counter", real)
+    assert catalog.search("common", limit=10) == reference_search(catalog.path, "common", 10)

@@ -209,6 +209,11 @@ class SqliteSearch:
                     rows = cursor.fetchmany(size)
             except sqlite3.OperationalError as exc:
                 if seconds is not None and "interrupt" in str(exc).lower():
+                    if time.perf_counter() <= deadline:
+                        # The handler stops the walk only past its deadline.  Stopped before it,
+                        # the handler raised instead: a Ctrl-C's KeyboardInterrupt arrives in the
+                        # first Python code to run, and sqlite3 discards what a handler raises.
+                        raise KeyboardInterrupt from exc
                     raise WalkInterrupted from exc
                 raise
         finally:
