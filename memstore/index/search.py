@@ -497,6 +497,10 @@ class Planner:
     def _filter_sets(self) -> list[tuple[int, Match]]:
         return [(rows, whole) for rows, _index, whole in self._known() if rows <= FILTER_ROWS][:MAX_FILTERS]
 
+    def _filter_rows(self) -> int:
+        """Rows the walk's filters hold together (bounds from the vocabulary): what building them costs."""
+        return sum(rows for rows, _whole in self._filter_sets())
+
     def _probe_first(self) -> bool:
         """Whether the walk should first run briefly without its filter, which is costly to build.
 
@@ -507,13 +511,13 @@ class Planner:
             self.q.walk_builds_filters
             and self.narrowed is None
             and len(self.terms) == 1
-            and sum(rows for rows, _whole in self._filter_sets()) >= PROBE_FILTER_ROWS
+            and self._filter_rows() >= PROBE_FILTER_ROWS
         )
 
     def _filters_outlast(self, budget: float) -> bool:
         """Whether building the walk's filters would take the whole budget: the walk would read nothing."""
-        rows = sum(rows for rows, _whole in self._filter_sets())
-        return self.q.walk_builds_filters and self.narrowed is None and rows * FILTER_ROW_SECONDS >= budget > 0
+        built = self.q.walk_builds_filters and self.narrowed is None
+        return built and self._filter_rows() * FILTER_ROW_SECONDS >= budget > 0
 
     def _expand_column(self, found: TokenTerms, kind: int) -> set[int] | None:
         """The rows holding the token in this column when few (empty when it cannot be there)."""

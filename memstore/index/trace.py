@@ -239,6 +239,7 @@ class TracedPlanner(Planner):
 
     def _walk(self, ceiling: int, expanded: set[int], top: TopK) -> None:
         filters = self._filters()
+        skipped = self._filters_outlast(search.WALK_SECONDS)
         detail = f"every bonus class, best first; best reachable score {ceiling} + bonus"
         if self.narrowed is not None:
             detail += f"; only the {self.narrowed[1].rows} narrowed rows"
@@ -246,7 +247,7 @@ class TracedPlanner(Planner):
             detail += f"; rows tested against {len(filters)} word-index set(s) first"
             if self._probe_first():
                 detail += f" (after {search.PROBE_SECONDS * 1000:g} ms without them)"
-            if self._filters_outlast(search.WALK_SECONDS):
+            if skipped:
                 detail += "; too large to build within its budget"
         with self.trace.timed("walk", detail) as step:
             before = len(self.trace.steps)
@@ -254,7 +255,6 @@ class TracedPlanner(Planner):
             super()._walk(ceiling, expanded, top)
             interrupted = len(self.trace.steps) > before
             step.candidates = self.walked
-            skipped = self.narrowed is None and self._filters_outlast(search.WALK_SECONDS)
             if not interrupted:
                 step.outcome = "done"
             else:
