@@ -50,6 +50,37 @@ def _bare_writer(path: str, count: int, barrier: Any, results: Any) -> None:
     os.close(fd)
 
 
+def _floor_writer(path: str, count: int, seed: int, worker: int, barrier: Any, results: Any) -> None:
+    """The least a correct add does in Python: make the entry and its line, append it, fsync it.
+
+    No lock, no group commit, no torn-tail or chain bookkeeping: what is left of memstore's
+    cost on top of this is the price of those guarantees.
+    """
+    from memstore.jsonl import encode_entry
+    from memstore.models import MemoryEntry, new_memory_id, utc_now_iso
+
+    entries = _entries(seed, f"floor-{worker}", count)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    latencies = []
+    barrier.wait()
+    started = time.perf_counter()
+    for entry in entries:
+        began = time.perf_counter()
+        made = MemoryEntry(
+            memory_id=new_memory_id(),
+            content=entry["content"],
+            tags=entry["tags"],
+            created_at=utc_now_iso(),
+            branch_name=entry["branch_name"],
+            run_id=entry["run_id"],
+        )
+        os.write(fd, encode_entry(made))
+        os.fsync(fd)
+        latencies.append(time.perf_counter() - began)
+    results.put((started, time.perf_counter(), latencies))
+    os.close(fd)
+
+
 def _entries(seed: int, stream: str, count: int) -> list[dict[str, Any]]:
     from memstore.sample.catalog import CatalogWriter, catalog_end_us
 
@@ -117,6 +148,11 @@ def compare(directory: Path, *, adds: int = 2_000, rounds: int = 3, seed: int = 
                 _run_processes(_bare_writer, [(str(bare), count)] * processes)
             )
             bare.unlink()
+            floor = directory / "floor.jsonl"
+            os.sync()
+            floor_args = [(str(floor), count, seed + round_number, n) for n in range(processes)]
+            samples.setdefault(f"floor_{processes}", []).append(_run_processes(_floor_writer, floor_args))
+            floor.unlink()
             root = directory / f"store-{round_number}-{processes}"
             os.sync()
             writer_args = [(str(root), count, seed + round_number, n) for n in range(processes)]
@@ -129,6 +165,12 @@ def compare(directory: Path, *, adds: int = 2_000, rounds: int = 3, seed: int = 
     for processes in PROCESS_COUNTS:
         metrics[f"bare_over_writers_{processes}"] = (
             metrics[f"bare_{processes}_per_s"] / metrics[f"writers_{processes}_per_s"]
+        )
+        metrics[f"floor_over_writers_{processes}"] = (
+            metrics[f"floor_{processes}_per_s"] / metrics[f"writers_{processes}_per_s"]
+        )
+        metrics[f"bare_over_floor_{processes}"] = (
+            metrics[f"bare_{processes}_per_s"] / metrics[f"floor_{processes}_per_s"]
         )
     metrics["writers_4_over_writers_1"] = metrics["writers_4_per_s"] / metrics["writers_1_per_s"]
     metrics["writer_rounds"] = rounds

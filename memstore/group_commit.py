@@ -20,8 +20,10 @@ on a failed fsync fails.  Why that is safe:
   before its fsync began.  Linux reports a writeback error to every descriptor that
   was open when it happened (each hears of it once), so an error on those bytes would
   have failed that fsync, whichever process saw the error first and whatever became
-  of it: a writer killed mid-fsync leaves nothing to clean up.  Each writer's own
-  descriptor is opened before its write and kept until its fsync, for the same reason.
+  of it: a writer killed mid-fsync leaves nothing to clean up.  Each writer's
+  descriptor is open from before its write until its fsync, for the same reason; once
+  an append is durable, the same process's next append may use its descriptors again
+  (never two appends at once, never after a failure, never in a forked child).
 * A failed fsync is never retried and never trusted again for what it covered: Linux
   may mark the pages clean, so a later fsync succeeds without the bytes.  The writer
   that sees the error marks the bytes from its own (or from the end of the last
@@ -31,10 +33,14 @@ on a failed fsync fails.  Why that is safe:
 * Offsets only mean something while the file only grows.  Rewrites replace it (a new
   inode, so the record no longer applies); memstore's own truncations (a torn tail set
   aside, a failed write cut back) happen under the sync lock, lower the record and
-  count the cut, and a claim is recorded only if no cut came after its writer looked
-  at the file's size; before every append the writer checks, under the writer lock,
-  that no recorded offset lies past the end of the file, which catches truncations by
-  others and a recycled inode number, and lowers the record first.
+  count the cut (always under the writer lock too), and a claim is recorded only if
+  no cut came after its writer appended, when it read the count; before every append
+  the writer checks, under the writer lock, that no recorded offset lies past the end
+  of the file, which catches truncations by others and a recycled inode number, and
+  lowers the record first.  A claim that would cover only the claiming writer's own
+  bytes (nobody appended behind them before its fsync began) is not recorded: it could
+  save nobody an fsync.  A record whose bytes have not changed since the append checked
+  it is not parsed again: it cannot say anything about bytes appended after it.
 """
 
 from __future__ import annotations
@@ -44,11 +50,12 @@ import errno
 import fcntl
 import logging
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from memstore.append_chain import AppendChain
+from memstore.append_chain import CHAIN_BYTES, CHAIN_OFFSET, AppendChain
 from memstore.errors import LockError, StorageError
 from memstore.files import (
     DEFAULT_FILE_MODE,
@@ -61,11 +68,13 @@ from memstore.files import (
     torn_tail_start,
     write_all,
 )
-from memstore.sync_record import NEVER, SyncRecord, Verdict
+from memstore.sync_record import NEVER, RECORD_BYTES, SyncRecord, Verdict
 
 log = logging.getLogger(__name__)
 
 SYNC_LOCK_SUFFIX = ".sync.lock"
+IDLE_DESCRIPTORS = 4
+"""Descriptor pairs a group keeps for later appends: one per thread appending at once, up to this."""
 
 
 def sync_lock_path(path: Path) -> Path:
@@ -80,6 +89,45 @@ class GroupCommit:
         self.path = Path(path)
         self.sync_path = sync_lock_path(self.path)
         self._mode = mode
+        self._idle: list[_Descriptors] = []
+
+    # ------------------------------------------------------------- descriptors kept between appends
+
+    def _checkout(self) -> tuple[_Descriptors, bool]:
+        """Descriptors of the file and its sync lock for one append; True when this call created the file.
+
+        A successful commit hands its descriptors back for the next append, which saves
+        two opens and closes per add.  They are used again only while both names still
+        lead to the same files (a rewrite renames a new file in; a planted link shows in
+        ``lstat``) and in the process that opened them: a forked child shares the open
+        file description, and with it the error cursor its fsync reads.  Each append
+        owns its descriptors until it is durable, as if it had opened them itself.
+        """
+        while self._idle:
+            try:
+                held = self._idle.pop()
+            except IndexError:  # taken by another thread in between
+                break
+            if held.still_names(self.path, self.sync_path):
+                return held, False
+            held.close()
+        sync_fd = self._open_sync()
+        try:
+            fd, created = open_for_append(self.path, self._mode)
+        except StorageError:
+            os.close(sync_fd)
+            raise
+        except OSError as exc:
+            os.close(sync_fd)
+            raise storage_error("open", self.path, exc) from exc
+        return _Descriptors(fd, sync_fd), created
+
+    def _checkin(self, held: _Descriptors) -> None:
+        """Keep a durable append's descriptors for the next one (a few, for concurrent threads)."""
+        if len(self._idle) < IDLE_DESCRIPTORS:
+            self._idle.append(held)
+        else:
+            held.close()
 
     # ------------------------------------------------------------- under the writer lock
 
@@ -92,14 +140,11 @@ class GroupCommit:
         A file this call creates is made durable, with its directory, before it returns,
         since later appends by others depend on its name.
         """
-        sync_fd = self._open_sync()
-        fd = -1
+        held, created = self._checkout()
+        fd, sync_fd = held.fd, held.sync_fd
         try:
             try:
-                fd, created = open_for_append(self.path, self._mode)
                 st = os.fstat(fd)
-            except StorageError:
-                raise
             except OSError as exc:
                 raise storage_error("open", self.path, exc) from exc
             size = st.st_size
@@ -112,7 +157,7 @@ class GroupCommit:
                 unterminated = aside is None  # cut back to its last newline, or a whole line kept
             if unterminated:
                 data = b"\n" + data
-            self._check_record(sync_fd, fd, st, size)
+            record, chain, seen = self._check_record(sync_fd, fd, st, size)
             try:
                 # Stat again just before the write: the chain's "before" must be the file as the
                 # write found it, so only the write itself is the window another tool could hide in.
@@ -124,12 +169,13 @@ class GroupCommit:
                 raise storage_error("append to", self.path, exc) from exc
             if size != st.st_size or not _same_file_state(before, st):
                 before = None  # cut by memstore, or changed by another tool since it was opened
-            self._extend_chain(sync_fd, fd, before, end=size + len(data))
-            pending = PendingAppend(self, fd, sync_fd, st.st_dev, st.st_ino, size, size + len(data))
+            self._extend_chain(sync_fd, fd, chain, before, end=size + len(data))
+            # Cuts happen only under the writer lock, which this writer holds: the count read
+            # here is exact, and a claim is refused if any cut comes after it.
+            cuts = record.cuts(st.st_dev, st.st_ino)
+            pending = PendingAppend(self, held, st.st_dev, st.st_ino, size, size + len(data), cuts, seen)
         except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            os.close(sync_fd)
+            held.close()
             raise
         if created:
             with pending:
@@ -141,20 +187,22 @@ class GroupCommit:
         return pending
 
     @staticmethod
-    def _extend_chain(sync_fd: int, fd: int, before: os.stat_result | None, *, end: int) -> None:
+    def _extend_chain(
+        sync_fd: int, fd: int, chain: AppendChain | None, before: os.stat_result | None, *, end: int
+    ) -> None:
         """Record that this append, and nothing else, took the file from ``before`` to now.
 
-        A file that is not ``end`` bytes long now was changed by someone else too: the
-        chain restarts at the file as it is.  Only a hint for the index (see
-        :mod:`memstore.append_chain`): if it cannot be written, the chain no longer ends at
-        the file, and the index re-reads the prefix.
+        ``chain`` is the chain as this writer found it, read under the writer lock (only
+        writers holding it write the chain).  A file that is not ``end`` bytes long now
+        was changed by someone else too: the chain restarts at the file as it is.  Only a
+        hint for the index (see :mod:`memstore.append_chain`): if it cannot be written,
+        the chain no longer ends at the file, and the index re-reads the prefix.
         """
         with contextlib.suppress(OSError):
             after = os.fstat(fd)
             if after.st_size != end:
                 before = None
-            chain = AppendChain.after_append(AppendChain.read(sync_fd), before, after)
-            chain.write(sync_fd)
+            AppendChain.after_append(chain, before, after).write(sync_fd)
 
     def cut_torn_tail(self, *, is_whole: Callable[[bytes], bool]) -> Path | None:
         """Set aside an unterminated last line ``is_whole`` rejects; the caller holds the writer lock.
@@ -201,15 +249,25 @@ class GroupCommit:
         log.warning("set aside a torn last line of %s in %s", self.path, aside)
         return start, aside
 
-    def _check_record(self, sync_fd: int, fd: int, st: os.stat_result, size: int) -> None:
+    def _check_record(
+        self, sync_fd: int, fd: int, st: os.stat_result, size: int
+    ) -> tuple[SyncRecord, AppendChain | None, bytes]:
         """Lower any recorded offset past the end of the file before appending at ``size``.
 
-        Read without the sync lock: writers only ever record offsets the file already
-        had, so a record that looks stale (or torn, or foreign) is re-read under it.
+        Returns the record, the append chain (read together in one read) and the record's
+        bytes as they stand once checked: a record that still reads so at the commit says
+        nothing about this append's bytes (see :meth:`_make_durable`).  Read without the
+        sync lock: writers only ever record offsets the file already had, so a record that
+        looks stale (or torn, or foreign) is re-read under it.
         """
-        record = SyncRecord.read(sync_fd)
-        if record is not None and not record.reaches_past(st.st_dev, st.st_ino, size):
-            return
+        try:
+            block = os.pread(sync_fd, CHAIN_OFFSET + CHAIN_BYTES, 0)
+        except OSError:
+            block = None
+        record = None if block is None else SyncRecord.unpack(block[:RECORD_BYTES])
+        chain = None if block is None else AppendChain.unpack(block[CHAIN_OFFSET:])
+        if block is not None and record is not None and not record.reaches_past(st.st_dev, st.st_ino, size):
+            return record, chain, block[:RECORD_BYTES]
         with _Locked(sync_fd, self.sync_path):
             record = SyncRecord.read(sync_fd) or SyncRecord()
             record.cut(st.st_dev, st.st_ino, size)
@@ -217,6 +275,7 @@ class GroupCommit:
                 record.write(sync_fd)
             except OSError as exc:  # left high, the record could vouch for these bytes: do not append
                 raise storage_error("update the sync record", self.sync_path, exc) from exc
+        return record, chain, record.pack()
 
     def _truncate(self, sync_fd: int, fd: int, st: os.stat_result, size: int) -> None:
         """Cut the file back to ``size`` under the sync lock, lowering the record with it.
@@ -238,29 +297,39 @@ class GroupCommit:
     # ------------------------------------------------------------- after the writer lock
 
     def _make_durable(self, pending: PendingAppend) -> None:
-        record = self._read(pending)
-        verdict = record.verdict(pending.dev, pending.ino, pending.start, pending.end)
-        if verdict is Verdict.LOST:
-            raise _lost(self.path)
-        if verdict is Verdict.COVERED:
-            return
+        record = self._changed_record(pending)
+        if record is not None:
+            verdict = record.verdict(pending.dev, pending.ino, pending.start, pending.end)
+            if verdict is Verdict.LOST:
+                raise _lost(self.path)
+            if verdict is Verdict.COVERED:
+                return
         fd = pending.fd
         try:
-            # The count of cuts and the size, read together under the sync lock (cuts happen
-            # under it): a cut in between cannot make ``synced_to`` name offsets new lines took.
-            with _Locked(pending.sync_fd, self.sync_path):
-                cuts = (SyncRecord.read(pending.sync_fd) or SyncRecord()).cuts(pending.dev, pending.ino)
-                synced_to = os.fstat(fd).st_size
+            # No lock needed for the size: a claim is refused if any cut came after the
+            # count of cuts this writer read under the writer lock (cuts are made only under it).
+            synced_to = os.fstat(fd).st_size
             os.fsync(fd)
         except OSError as exc:
             self._record_failure(pending)
             raise storage_error("fsync", self.path, exc) from exc
-        self._record_success(pending, cuts, synced_to)
+        self._record_success(pending, pending.cuts, synced_to)
 
-    def _read(self, pending: PendingAppend) -> SyncRecord:
-        """The record, read without the lock, and under it if the read was torn."""
-        record = SyncRecord.read(pending.sync_fd)
-        if record is None:
+    def _changed_record(self, pending: PendingAppend) -> SyncRecord | None:
+        """The record if it changed since the append checked it, else None: it has nothing to say.
+
+        Checked under the writer lock before these bytes existed, the record held no offset
+        past them, so it could neither vouch for them nor count them lost; the same bytes
+        now still cannot.  Comparing bytes saves parsing the record on every commit.
+        """
+        try:
+            data = os.pread(pending.sync_fd, RECORD_BYTES, 0)
+        except OSError:
+            data = None
+        if data is not None and data == pending.seen_record:
+            return None
+        record = None if data is None else SyncRecord.unpack(data)
+        if record is None:  # torn by a writer updating it: read again under the lock
             with _Locked(pending.sync_fd, self.sync_path):
                 record = SyncRecord.read(pending.sync_fd) or SyncRecord()
         return record
@@ -268,15 +337,21 @@ class GroupCommit:
     def _record_success(self, pending: PendingAppend, cuts: int, synced_to: int) -> None:
         """After a successful fsync: fail if a failure others saw may have dropped these pages; else claim them.
 
-        The claim is recorded only if the lock is free at once (it only saves others an
-        fsync), and not if the file was cut back since this writer read the count of
-        cuts with the size: ``synced_to`` may name offsets new lines took.
+        The claim is recorded only if it can help another writer: when someone appended
+        behind these bytes before the fsync began (a claim of only this writer's own bytes
+        covers nobody else's), and only if the lock is free at once (it only saves others
+        an fsync), and not if the file was cut back since this writer read the count of
+        cuts: ``synced_to`` may name offsets new lines took.
         """
         sync_fd = pending.sync_fd
+        if synced_to <= pending.end:
+            if self._is_lost(pending):
+                raise _lost(self.path)
+            return
         try:
             fcntl.flock(sync_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            if self._read(pending).verdict(pending.dev, pending.ino, pending.start, pending.end) is Verdict.LOST:
+            if self._is_lost(pending):
                 raise _lost(self.path) from None
             return
         try:
@@ -289,6 +364,12 @@ class GroupCommit:
                     record.write(sync_fd)
         finally:
             fcntl.flock(sync_fd, fcntl.LOCK_UN)
+
+    def _is_lost(self, pending: PendingAppend) -> bool:
+        record = self._changed_record(pending)
+        if record is None:
+            return False
+        return record.verdict(pending.dev, pending.ino, pending.start, pending.end) is Verdict.LOST
 
     def _record_failure(self, pending: PendingAppend) -> None:
         """Mark what may have been waiting on the failed fsync as lost, for every writer to see."""
@@ -320,22 +401,86 @@ def _lost(path: Path) -> StorageError:
     return storage_error("fsync", path, OSError(errno.EIO, "an fsync this append waited on failed: it may be lost"))
 
 
+class _Descriptors:
+    """A file's append descriptor and its sync lock's, opened together by one process."""
+
+    __slots__ = ("fd", "key", "pid", "sync_fd", "sync_key")
+
+    def __init__(self, fd: int, sync_fd: int) -> None:
+        self.fd = fd
+        self.sync_fd = sync_fd
+        self.pid = os.getpid()
+        try:
+            st, ss = os.fstat(fd), os.fstat(sync_fd)
+        except OSError:
+            self.key = self.sync_key = (-1, -1)  # never matches: not kept
+        else:
+            self.key, self.sync_key = (st.st_dev, st.st_ino), (ss.st_dev, ss.st_ino)
+
+    def still_names(self, path: Path, sync_path: Path) -> bool:
+        """Both names still lead to these files (regular, the lock unlinked elsewhere), in this process."""
+        if self.pid != os.getpid() or self.fd < 0:
+            return False
+        try:
+            st, ss = os.lstat(path), os.lstat(sync_path)
+        except OSError:
+            return False
+        return (
+            stat.S_ISREG(st.st_mode)
+            and (st.st_dev, st.st_ino) == self.key
+            and stat.S_ISREG(ss.st_mode)
+            and ss.st_nlink == 1
+            and (ss.st_dev, ss.st_ino) == self.sync_key
+        )
+
+    def close(self) -> None:
+        for fd in (self.fd, self.sync_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fd = self.sync_fd = -1
+
+    def __del__(self) -> None:
+        # Not contextlib.suppress: at interpreter exit the modules it needs may be gone.
+        try:  # noqa: SIM105
+            self.close()
+        except Exception:
+            pass
+
+
 class PendingAppend:
     """Bytes ``[start, end)`` appended through their own descriptor, not yet known to be durable.
 
     The descriptor stays open until :meth:`commit`: the kernel reports a writeback
     error to every descriptor that was open when it happened, so this one hears of
-    any error on these bytes even when another process's fsync saw it first.
+    any error on these bytes even when another process's fsync saw it first.  Once
+    durable, the descriptors go back to the group for its next append; after a
+    failure they are closed.
     """
 
-    def __init__(self, group: GroupCommit, fd: int, sync_fd: int, dev: int, ino: int, start: int, end: int) -> None:
+    def __init__(
+        self,
+        group: GroupCommit,
+        held: _Descriptors,
+        dev: int,
+        ino: int,
+        start: int,
+        end: int,
+        cuts: int,
+        seen_record: bytes,
+    ) -> None:
         self.group = group
-        self.fd = fd
-        self.sync_fd = sync_fd
+        self._held: _Descriptors | None = held
+        self.fd = held.fd
+        self.sync_fd = held.sync_fd
         self.dev = dev
         self.ino = ino
         self.start = start
         self.end = end
+        self.cuts = cuts
+        """How many cuts the sync record counted for this inode when the bytes were written."""
+        self.seen_record = seen_record
+        """The sync record's bytes as the append left them."""
         self._durable = False
 
     def commit(self) -> None:
@@ -343,21 +488,25 @@ class PendingAppend:
         if self._durable:
             self.close()
             return
-        if self.fd < 0:
+        held = self._held
+        if held is None:
             raise storage_error(
                 "fsync", self.group.path, OSError(errno.EBADF, "the append was closed before it was durable")
             )
         try:
             self.group._make_durable(self)
-            self._durable = True
-        finally:
+        except BaseException:
             self.close()
+            raise
+        self._durable = True
+        self._held = None
+        self.fd = self.sync_fd = -1
+        self.group._checkin(held)
 
     def close(self) -> None:
-        for fd in (self.fd, self.sync_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
         self.fd = self.sync_fd = -1
 
     def __enter__(self) -> PendingAppend:

@@ -149,8 +149,12 @@ class SyncRecord:
 
     @classmethod
     def unpack(cls, data: bytes) -> SyncRecord | None:
-        """The record in ``data``; an empty record for no bytes; None for bytes that do not check out."""
-        if not data:
+        """The record in ``data``; an empty record for no bytes; None for bytes that do not check out.
+
+        Zeros read as no record too: the append chain, written further into the lock file,
+        leaves them in front of it until the first record is written.
+        """
+        if not data.strip(b"\0"):
             return cls()
         if len(data) < RECORD_BYTES or not data.startswith(MAGIC):
             return None

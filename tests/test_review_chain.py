@@ -159,10 +159,10 @@ def test_an_edit_between_memstores_open_and_its_write_is_found_at_once(
     catalog = _big_catalog(tmp_path)
     real_check = group_commit.GroupCommit._check_record
 
-    def edit_then_check(self: group_commit.GroupCommit, *args: object) -> None:
+    def edit_then_check(self: group_commit.GroupCommit, *args: object) -> object:
         time.sleep(TICK)
         _edit_in_place(catalog)
-        real_check(self, *args)  # type: ignore[arg-type]
+        return real_check(self, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(group_commit.GroupCommit, "_check_record", edit_then_check)
     catalog.add("a note added after another tool's save")
