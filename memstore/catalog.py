@@ -307,6 +307,7 @@ class MemoryCatalog:
             finally:
                 if fd is not None:
                     os.close(fd)  # after the lock: freeing a big replaced file takes a while
+                self._commits[self.path].release_descriptors()  # the old file's, kept by the last add
         finally:
             if prepared is not None:
                 prepared.discard()

@@ -90,6 +90,7 @@ class GroupCommit:
         self.sync_path = sync_lock_path(self.path)
         self._mode = mode
         self._idle: list[_Descriptors] = []
+        self._retired: list[_Descriptors] = []
 
     # ------------------------------------------------------------- descriptors kept between appends
 
@@ -110,7 +111,9 @@ class GroupCommit:
                 break
             if held.still_names(self.path, self.sync_path):
                 return held, False
-            held.close()
+            # Closed after the writer lock is released: the last descriptor of a file a
+            # rewrite replaced frees all of its blocks, which can take a while.
+            self._retired.append(held)
         sync_fd = self._open_sync()
         try:
             fd, created = open_for_append(self.path, self._mode)
@@ -128,6 +131,27 @@ class GroupCommit:
             self._idle.append(held)
         else:
             held.close()
+        self._close_retired()
+
+    def _close_retired(self) -> None:
+        while self._retired:
+            try:
+                self._retired.pop().close()
+            except IndexError:  # closed by another thread in between
+                break
+
+    def release_descriptors(self) -> None:
+        """Close every kept descriptor now; the next append opens the file again.
+
+        For the writer that just replaced the file: a kept descriptor of the old one
+        would hold all of its blocks until the next append.
+        """
+        for kept in (self._idle, self._retired):
+            while kept:
+                try:
+                    kept.pop().close()
+                except IndexError:
+                    break
 
     # ------------------------------------------------------------- under the writer lock
 
@@ -508,6 +532,7 @@ class PendingAppend:
         if held is not None:
             held.close()
         self.fd = self.sync_fd = -1
+        self.group._close_retired()
 
     def __enter__(self) -> PendingAppend:
         return self

@@ -214,3 +214,35 @@ def test_a_record_changed_after_the_append_is_read_again(
         os.close(fd)
     with pytest.raises(StorageError), pending:
         pending.commit()
+
+
+def test_a_rewrite_leaves_no_descriptor_of_the_replaced_file_open(tmp_path: Path) -> None:
+    """A kept descriptor of the old file would hold all its blocks, and the next add would free them under the lock."""
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    catalog.add("kept")
+    catalog.add("dropped", branch_name="gone")
+    catalog.delete_by_branch("gone")
+    assert [fd for fd in _fds_into(tmp_path) if fd.endswith("(deleted)")] == []
+
+
+def test_a_stale_kept_descriptor_is_closed_after_the_writer_lock_is_released(
+    group: tuple[GroupCommit, FileLock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's rewrite replaced the file: closing the old descriptor frees the old file."""
+    commit, lock = group
+    _add(commit, lock)
+    replaced = commit.path.with_name("rewritten")
+    replaced.write_bytes(b'{"seed": 1}\n')
+    os.replace(replaced, commit.path)
+    closed_while_locked = []
+    real_close = memstore.group_commit._Descriptors.close
+
+    def close(self: memstore.group_commit._Descriptors) -> None:
+        if self.fd >= 0:
+            closed_while_locked.append(getattr(lock._local, "fd", None) is not None)
+        real_close(self)
+
+    monkeypatch.setattr(memstore.group_commit._Descriptors, "close", close)
+    _add(commit, lock, b'{"n": 2}\n')
+    assert closed_while_locked == [False]
+    assert commit.path.read_bytes() == b'{"seed": 1}\n{"n": 2}\n'
