@@ -146,3 +146,42 @@ def test_personal_tier_has_its_own_index(tmp_path: Path) -> None:
     db = tmp_path / "home" / ".config" / "teaagent" / INDEX_DIRNAME / INDEX_FILENAME
     assert db.exists()
     assert os.stat(db).st_mode & 0o077 == 0
+
+
+def _cache_kib(conn: sqlite3.Connection) -> int:
+    """The connection's page-cache bound in KiB (SQLite reports a size in KiB as a negative number)."""
+    return -int(conn.execute("PRAGMA cache_size").fetchone()[0])
+
+
+def test_a_new_connection_reads_first_with_the_small_cache(tmp_path: Path) -> None:
+    """The first read of a connection runs with SQLite's default cache; a write grows it first."""
+    from memstore.index.base import immediate
+    from memstore.index.db import CACHE_KIB, FIRST_CACHE_KIB, grow_cache
+
+    filled(tmp_path, count=5)
+    conn, _generation = IndexFile(tmp_path / ".teaagent").connect()
+    try:
+        assert _cache_kib(conn) == FIRST_CACHE_KIB < CACHE_KIB
+        with immediate(conn) as keep:
+            keep[0] = False
+        assert _cache_kib(conn) == CACHE_KIB
+        conn.execute(f"PRAGMA cache_size = -{FIRST_CACHE_KIB}")
+        grow_cache(conn)  # once only: the flag, not the pragma, remembers it
+        assert _cache_kib(conn) == FIRST_CACHE_KIB
+    finally:
+        conn.close()
+
+
+def test_a_catalog_grows_its_cache_when_it_searches_again(tmp_path: Path) -> None:
+    """A fresh handle's first search keeps the small cache; its next one has the full cache,
+    and both answer the same."""
+    from memstore.index.db import CACHE_KIB, FIRST_CACHE_KIB
+
+    filled(tmp_path, count=20)
+    catalog = MemoryCatalog(tmp_path)
+    first = catalog.search("caching", limit=5)
+    index = catalog._index.index()
+    assert index is not None and index._conn is not None
+    assert _cache_kib(index._conn) == FIRST_CACHE_KIB
+    assert catalog.search("caching", limit=5) == first
+    assert _cache_kib(index._conn) == CACHE_KIB

@@ -29,7 +29,15 @@ from typing import ClassVar, TypeVar
 from memstore.append_chain import AppendChain
 from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
-from memstore.index.db import DatabaseFault, IndexBusyError, IndexFile, Populate, is_busy, is_corruption
+from memstore.index.db import (
+    DatabaseFault,
+    IndexBusyError,
+    IndexFile,
+    Populate,
+    grow_cache,
+    is_busy,
+    is_corruption,
+)
 from memstore.index.report import Progress, RefreshReport, SourceStatus
 from memstore.index.settings import BUSY_TIMEOUT_MS
 from memstore.index.source import Change, PrefixDigest, SourceState
@@ -82,6 +90,7 @@ def fold_wal(conn: sqlite3.Connection) -> None:
 def immediate(conn: sqlite3.Connection) -> Iterator[list[bool]]:
     """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends normally and the flag it
     yields is still true, rolled back when the block sets it false or raises."""
+    grow_cache(conn)  # a write never runs with the small first-read cache
     conn.execute("BEGIN IMMEDIATE")
     keep = [True]
     try:
@@ -168,6 +177,8 @@ class IndexedSource:
             # One lstat per query: another handle or process may have swapped in a new file
             # (reindex --full, a rebuild after damage, a checkout); follow it, with fresh caches.
             if self.file.generation() == self._generation:
+                # Used again: from now on it keeps the hot pages (see db.FIRST_CACHE_KIB).
+                grow_cache(self._conn)
                 return self._conn
             log.info("index file %s was replaced; reconnecting", self.file.path)
             self._drop_connection()
