@@ -13,9 +13,10 @@ partial block when the length is not a whole number of blocks.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
+
+from memstore.digests import sha256
 
 BLOCK_BYTES = 1024 * 1024
 DIGEST_BYTES = 16
@@ -34,7 +35,7 @@ class PrefixDigest:
 
     def __init__(self) -> None:
         self._blocks: list[bytes] = []
-        self._hasher: Any = hashlib.sha256()
+        self._hasher: Any = sha256()
         self.end = 0
         self.resumes = 0
         """How many catch-ups in a row resumed this digest instead of reading the bytes it covers."""
@@ -77,7 +78,7 @@ class PrefixDigest:
             pos += len(part)
             if self.end % BLOCK_BYTES == 0:
                 self._blocks.append(self._hasher.digest()[:DIGEST_BYTES])
-                self._hasher = hashlib.sha256()
+                self._hasher = sha256()
 
     def extend(self, fd: int, end: int) -> None:
         """Digest the bytes from the current end up to ``end`` (stops early if the file is shorter)."""

@@ -7,10 +7,8 @@ truncated.  Imported by the CLI only.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
-import shutil
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -71,6 +69,8 @@ def terminal_width() -> int | None:
             return None
     except (AttributeError, ValueError):
         return None
+    import shutil  # only for a terminal: shutil brings bz2, lzma and fnmatch to every search
+
     return shutil.get_terminal_size().columns
 
 
@@ -121,6 +121,8 @@ def _csv_cell(value: object) -> str:
 def csv_text(records: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
     """A header row and one row per record; lists joined by commas, objects as JSON."""
     names = list(columns) if columns is not None else list(dict.fromkeys(key for r in records for key in r))
+    import csv  # only --format csv needs it
+
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(names)

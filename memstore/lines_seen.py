@@ -10,11 +10,12 @@ file changed under the build and its rows cannot be trusted.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from memstore.digests import sha256
 
 Hasher = Any
 """A running hashlib digest (hashlib names its type only privately)."""
@@ -36,7 +37,7 @@ class LinesSeen:
     @classmethod
     def of_bytes(cls, start: int, data: bytes) -> LinesSeen:
         """All of ``data``, read whole from ``start``."""
-        return cls(start, start + len(data), hashlib.sha256(data).digest())
+        return cls(start, start + len(data), sha256(data).digest())
 
 
 @dataclass(slots=True)
@@ -45,7 +46,7 @@ class LineRecorder:
 
     start: int
     stop: int = -1
-    _hash: Hasher = field(default_factory=lambda: hashlib.sha256())
+    _hash: Hasher = field(default_factory=sha256)
     _skipped: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -89,7 +90,7 @@ def still_holds(fd: int, seen: Sequence[LinesSeen], feed: Feed | None = None) ->
     digest taken by ``feed`` describes exactly the bytes proven equal to those parsed.
     """
     for part in seen:
-        hasher = hashlib.sha256()
+        hasher = sha256()
         skipped = list(part.skipped)
         pos = part.start
         while pos < part.stop:

@@ -109,6 +109,9 @@ NOT_ON_THE_READ_PATH = (
     "wcwidth",
     "psycopg",
     "secrets",
+    "hashlib",  # loads OpenSSL; the trust checks' BLAKE2b comes from _blake2 (memstore.digests)
+    "shutil",  # brings bz2 and lzma; only a terminal's width needs it
+    "csv",
     "memstore.catalog_rewrite",
     "memstore.rewrite_scan",
     "memstore.index.migrate",
@@ -172,3 +175,17 @@ def test_the_search_command_loads_only_the_read_path_and_click(tmp_path: Path) -
     )
     lines = result.stdout.strip().splitlines()
     assert "한국어" in result.stdout and json.loads(lines[-1]) == []
+
+
+def test_the_read_path_digests_are_hashlibs_own() -> None:
+    """memstore.digests avoids importing hashlib, not its results: the same constructors' digests."""
+    import hashlib
+
+    from memstore import digests
+
+    data = "memstore \udcff".encode("utf-8", "surrogatepass")
+    assert digests.blake2b(data, digest_size=16).digest() == hashlib.blake2b(data, digest_size=16).digest()
+    assert digests.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    running = digests.sha256()
+    running.update(data)
+    assert running.digest() == hashlib.sha256(data).digest()

@@ -28,7 +28,6 @@ catch-up then reads the new lines, the last partial block and the samples.
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import os
 import sqlite3
@@ -40,6 +39,7 @@ from enum import Enum
 
 from memstore.append_chain import AppendChain
 from memstore.block_digest import PrefixDigest as PrefixDigest
+from memstore.digests import blake2b
 from memstore.files import RACY_WINDOW_NS
 from memstore.lines_seen import LinesSeen, still_holds
 
@@ -59,7 +59,7 @@ during one of memstore's appends (inside the write itself), or a forged chain, i
 
 
 def _digest(*chunks: bytes) -> bytes:
-    hasher = hashlib.blake2b(digest_size=16)
+    hasher = blake2b(digest_size=16)
     for chunk in chunks:
         hasher.update(chunk)
     return hasher.digest()

@@ -10,10 +10,10 @@ out gets a new inode, and a crafted one cannot know this machine's tag.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import sqlite3
 
+from memstore.digests import blake2b
 from memstore.index.schema_sql import CREATE_STATEMENTS, MASTER_DIGEST, MASTER_SQLITE
 
 Generation = tuple[int, int]
@@ -46,7 +46,7 @@ def _order(row: tuple[str, str, str, str | None]) -> tuple[str, str, str, str]:
 
 def master_digest(rows: object) -> str:
     """A digest of sorted ``sqlite_master`` rows (their repr: any value a crafted file holds has one)."""
-    return hashlib.blake2b(repr(rows).encode("utf-8", "surrogatepass"), digest_size=32).hexdigest()
+    return blake2b(repr(rows).encode("utf-8", "surrogatepass"), digest_size=32).hexdigest()
 
 
 def schema_problem(conn: sqlite3.Connection) -> str | None:
@@ -81,7 +81,7 @@ def machine_tag() -> str:
             break
     if not ident:
         ident = os.uname().nodename.encode("utf-8", "surrogateescape")
-    return hashlib.blake2b(b"memstore index origin\0" + ident, digest_size=16).hexdigest()
+    return blake2b(b"memstore index origin\0" + ident, digest_size=16).hexdigest()
 
 
 def record_origin(conn: sqlite3.Connection, st: os.stat_result) -> None:
