@@ -47,7 +47,6 @@ from memstore.id_prefix import (
 )
 from memstore.index.catalog_index import CatalogIndex
 from memstore.index.db import IndexFile
-from memstore.index.report import CheckResult, IndexOff, IndexState, Progress, RefreshReport
 from memstore.index_policy import IndexPolicy
 from memstore.jsonl import encode_entries, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
@@ -57,6 +56,7 @@ from memstore.shared_index import CatalogReads, catalog_policy, check_index_url,
 
 if TYPE_CHECKING:
     from memstore.index.pg.store_reads import PgCatalogIndex
+    from memstore.index.report import CheckResult, IndexState, Progress, RefreshReport
     from memstore.index.trace import SearchPlan, SearchTrace
     from memstore.reports import HealthReport, MaintenancePreview
 
@@ -564,6 +564,8 @@ class MemoryCatalog:
         return self.health().to_dict()
 
     def _index_state(self) -> IndexState:
+        from memstore.index.report import IndexOff
+
         index = self._index.index()
         if index is None:
             return IndexOff("unavailable" if self._index.enabled else "disabled", self._index.error)

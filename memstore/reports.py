@@ -14,10 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from memstore.index.report import IndexState, RefreshReport
-
 if TYPE_CHECKING:
     from memstore.cards import FailureCard
+    from memstore.index.report import IndexState, RefreshReport
     from memstore.models import MemoryEntry
     from memstore.pinned import PinnedFile
 

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from memstore.append_chain import AppendChain
 from memstore.errors import IndexUnavailableError
@@ -38,10 +38,15 @@ from memstore.index.db import (
     is_busy,
     is_corruption,
 )
-from memstore.index.report import Progress, RefreshReport, SourceStatus
 from memstore.index.settings import BUSY_TIMEOUT_MS
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.index.trust import Generation
+
+if TYPE_CHECKING:
+    from memstore.index.report import Progress, RefreshReport, SourceStatus
+
+# The reports (memstore.index.report) load when a catch-up, refresh or status first builds one:
+# a search of a current index builds none.
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +278,8 @@ class IndexedSource:
 
 
     def _catch_up(self, conn: sqlite3.Connection, fd: int, *, force: bool = False) -> RefreshReport:
+        from memstore.index.report import RefreshReport
+
         started = time.perf_counter()
         with immediate(conn):
             st = os.fstat(fd)
@@ -325,6 +332,8 @@ class IndexedSource:
         return self._refresh(full=full, progress=progress, moves=0, patient=patient)
 
     def _refresh(self, *, full: bool, progress: Progress | None, moves: int, patient: bool) -> RefreshReport:
+        from memstore.index.report import RefreshReport
+
         with self._mutex, self._open_source() as fd:
             started = time.perf_counter()
             self._progress = progress
@@ -363,6 +372,8 @@ class IndexedSource:
 
     def source_status(self) -> SourceStatus:
         """Entries, bytes indexed and bytes behind for ``memstore status``."""
+        from memstore.index.report import SourceStatus
+
         with self._mutex, self._open_source() as fd:
             size = os.fstat(fd).st_size if fd is not None else 0
             index_bytes = self.file.size_bytes()

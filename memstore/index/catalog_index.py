@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memstore.append_chain import AppendChain, read_chain
 from memstore.entry_filter import NO_FILTER, EntryFilter
@@ -28,7 +28,6 @@ from memstore.index import vocabulary
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
 from memstore.index.lines import Row, parsed_ranges, row_values
-from memstore.index.report import CheckResult
 from memstore.index.restrict import restriction_for
 from memstore.index.search import Hit, Planner, PlannerFactory
 from memstore.index.source import Change, PrefixDigest, SourceState, record_state
@@ -38,6 +37,9 @@ from memstore.jsonl import decode_entry
 from memstore.lines_seen import LinesSeen
 from memstore.models import MemoryEntry, memory_matches, memory_relevance_score
 from memstore.scan import ScanResult
+
+if TYPE_CHECKING:
+    from memstore.index.report import CheckResult
 
 SOURCE_NAME = "memory"
 BATCH_ROWS = 20_000
@@ -550,6 +552,8 @@ class CatalogIndex(IndexedSource):
         On any difference the source's recorded state is dropped, so the next query
         or ``reindex`` rebuilds it.
         """
+        from memstore.index.report import CheckResult
+
         self.refresh()
         with self._mutex, self._open_source() as fd:
             if fd is None:
