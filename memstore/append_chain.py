@@ -37,6 +37,14 @@ from pathlib import Path
 from memstore.errors import StorageError
 from memstore.files import open_regular, still_own_file
 
+SYNC_LOCK_SUFFIX = ".sync.lock"
+
+
+def sync_lock_path(path: Path) -> Path:
+    """``memory.jsonl`` → ``memory.sync.lock``, which holds the chain: ignored by the store's ``*.lock`` rule."""
+    return path.with_name(path.stem + SYNC_LOCK_SUFFIX)
+
+
 CHAIN_OFFSET = 512
 """Where the chain lives in the sync lock file: past the sync record (offset 0, 124 bytes)."""
 MAGIC = b"msac\x01\x00\x00\x00"

@@ -35,7 +35,6 @@ from memstore.files import (
     remove_stale_temps,
     temp_in_use,
 )
-from memstore.group_commit import GroupCommit, PendingAppend
 from memstore.id_prefix import (
     SHORT_ID_MIN,
     SHOWN_CANDIDATES,
@@ -55,6 +54,7 @@ from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_s
 from memstore.shared_index import CatalogReads, catalog_policy, check_index_url, check_name
 
 if TYPE_CHECKING:
+    from memstore.group_commit import GroupCommit, PendingAppend
     from memstore.index.pg.store_reads import PgCatalogIndex
     from memstore.index.report import CheckResult, IndexState, Progress, RefreshReport
     from memstore.index.trace import SearchPlan, SearchTrace
@@ -139,10 +139,7 @@ class MemoryCatalog:
         self.private = private
         self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
         self._writer_lock = FileLock(self.lock_path, mode=self._file_mode)  # one per thread at a time, safe to share
-        self._commits = {
-            self.path: GroupCommit(self.path, mode=self._file_mode),
-            self.quarantine_path: GroupCommit(self.quarantine_path, mode=self._file_mode),
-        }
+        self._commits: dict[Path, GroupCommit] = {}  # made by the first write: readers never load it
         self._scan = ScanCache(self.path)
         self._quarantine_scan = ScanCache(self.quarantine_path)
         self._index: IndexPolicy[CatalogIndex] = IndexPolicy(
@@ -160,6 +157,15 @@ class MemoryCatalog:
     def _require_writable(self, action: str) -> None:
         if self.readonly:
             raise ReadonlyError(f"Cannot {action} in readonly mode")
+
+    def _group(self, path: Path) -> GroupCommit:
+        """The group commit of one of the catalog's files, made on first use (writes only)."""
+        group = self._commits.get(path)
+        if group is None:
+            from memstore.group_commit import GroupCommit
+
+            group = self._commits.setdefault(path, GroupCommit(path, mode=self._file_mode))
+        return group
 
     def _lock(self) -> FileLock:
         return self._writer_lock
@@ -217,7 +223,7 @@ class MemoryCatalog:
         pending: PendingAppend | None = None
         try:
             with self._lock():
-                pending = self._commits[path].append(lines, is_whole=_is_whole_line)
+                pending = self._group(path).append(lines, is_whole=_is_whole_line)
             pending.commit()
         finally:
             if pending is not None:
@@ -248,7 +254,7 @@ class MemoryCatalog:
             for line in lines.splitlines(keepends=True):
                 _readable(line)
             # Durable before memory.jsonl is replaced (under the writer lock): never in neither file.
-            with self._commits[self.quarantine_path].append(lines, is_whole=_is_whole_line) as pending:
+            with self._group(self.quarantine_path).append(lines, is_whole=_is_whole_line) as pending:
                 pending.commit()
 
         return len(self._rewrite_without("branch_name", branch_name, before=move))
@@ -298,7 +304,7 @@ class MemoryCatalog:
             try:
                 with self._lock():
                     remove_stale_temps(self.path)
-                    self._commits[self.path].cut_torn_tail(is_whole=_is_whole_line)
+                    self._group(self.path).cut_torn_tail(is_whole=_is_whole_line)
                     index = self._index_for_rewrite()
                     fd = open_for_read(self.path)
                     if fd is None:
@@ -307,7 +313,7 @@ class MemoryCatalog:
             finally:
                 if fd is not None:
                     os.close(fd)  # after the lock: freeing a big replaced file takes a while
-                self._commits[self.path].release_descriptors()  # the old file's, kept by the last add
+                self._group(self.path).release_descriptors()  # the old file's, kept by the last add
         finally:
             if prepared is not None:
                 prepared.discard()

@@ -55,7 +55,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from memstore.append_chain import CHAIN_BYTES, CHAIN_OFFSET, AppendChain
+from memstore.append_chain import CHAIN_BYTES, CHAIN_OFFSET, AppendChain, sync_lock_path
 from memstore.errors import LockError, StorageError
 from memstore.files import (
     DEFAULT_FILE_MODE,
@@ -72,14 +72,8 @@ from memstore.sync_record import NEVER, RECORD_BYTES, SyncRecord, Verdict
 
 log = logging.getLogger(__name__)
 
-SYNC_LOCK_SUFFIX = ".sync.lock"
 IDLE_DESCRIPTORS = 4
 """Descriptor pairs a group keeps for later appends: one per thread appending at once, up to this."""
-
-
-def sync_lock_path(path: Path) -> Path:
-    """``memory.jsonl`` → ``memory.sync.lock``: ignored by the store's ``*.lock`` rule."""
-    return path.with_name(path.stem + SYNC_LOCK_SUFFIX)
 
 
 class GroupCommit:

@@ -119,6 +119,8 @@ NOT_ON_THE_READ_PATH = (
     "memstore.index_url",
     "memstore.reports",
     "memstore.index.report",  # built by a catch-up, refresh or status, never by a current index's read
+    "memstore.group_commit",  # made by a catalog's first write
+    "memstore.sync_record",
 )
 """What a process that only searches a current index never needs: schema tooling, the CLI,
 the team driver, and the rewrite, explain and report code."""

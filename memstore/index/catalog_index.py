@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memstore.append_chain import AppendChain, read_chain
+from memstore.append_chain import AppendChain, read_chain, sync_lock_path
 from memstore.entry_filter import NO_FILTER, EntryFilter
 from memstore.files import MAX_LINE_BYTES, open_for_read
-from memstore.group_commit import sync_lock_path
 from memstore.index import vocabulary
 from memstore.index.base import IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile

@@ -39,10 +39,9 @@ from psycopg import errors as pg_errors
 from psycopg.sql import SQL
 from sqlalchemy.engine import Engine
 
-from memstore.append_chain import AppendChain, read_chain
+from memstore.append_chain import AppendChain, read_chain, sync_lock_path
 from memstore.errors import StorageError
 from memstore.files import open_for_read
-from memstore.group_commit import sync_lock_path
 from memstore.index.lines import parse_range, parsed_ranges
 from memstore.index.pg.conn import LOCK_SPACE, SCHEMA_LOCK, raw_connection
 from memstore.index.pg.rows import Doc, doc_of, id_arrays, wanted_terms
