@@ -342,6 +342,10 @@ class IndexedSource:
                 if fd is None:
                     return RefreshReport(str(self.source_path), "missing", 0, seconds=0.0)
                 creating = self.file.generation() is None
+                if not full and not creating:
+                    rows = self._rows_if_current(fd)
+                    if rows is not None:  # nothing to do: no write transaction, no wait for a writer
+                        return RefreshReport(str(self.source_path), "none", rows, seconds=0.0)
                 if full:
                     # A new file, built aside and swapped in: a file is never rebuilt in place.
                     self._drop_connection()
@@ -369,6 +373,22 @@ class IndexedSource:
                 self._progress = None
                 self.file.patient = False
             return dataclasses.replace(report, seconds=round(time.perf_counter() - started, 6))
+
+    def _rows_if_current(self, fd: int) -> int | None:
+        """The indexed rows when the index already matches the open file, read in a read transaction."""
+        try:
+            conn = self._connection()
+            conn.execute("BEGIN")
+            try:
+                state = SourceState.load(conn, self.SOURCE_NAME)
+                if state is not None and state.consistent() and state.is_current(fd, os.fstat(fd)):
+                    return state.rows
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+        except (*DatabaseFault, OSError):
+            pass  # the catch-up that follows meets the same fault and handles it
+        return None
 
     def source_status(self) -> SourceStatus:
         """Entries, bytes indexed and bytes behind for ``memstore status``."""
