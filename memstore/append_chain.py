@@ -125,7 +125,7 @@ class AppendChain:
     def write(self, fd: int, *, checked: bool = False) -> bytes:
         """Written by the writer holding the writer lock, into the sync lock file it owns; returns the bytes.
 
-        ``checked``: the caller proved the file unlinked elsewhere while holding the lock.
+        ``checked``: the caller proved, holding the lock, that no other name links to the file.
         """
         if not checked and not still_own_file(fd):
             raise OSError(errno.EMLINK, "the sync lock was linked to another file: chain not written")

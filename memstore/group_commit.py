@@ -221,7 +221,7 @@ class GroupCommit:
             if after.st_size != end:
                 before = None
             extended = AppendChain.after_append(chain, before, after)
-            # The sync lock was proven unlinked elsewhere when this append took its descriptors.
+            # The sync lock was proven linked nowhere else when this append took its descriptors.
             self._parsed.chain = (extended.write(sync_fd, checked=True), extended)
 
     def cut_torn_tail(self, *, is_whole: Callable[[bytes], bool]) -> Path | None:
