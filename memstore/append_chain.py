@@ -122,13 +122,17 @@ class AppendChain:
         except OSError:
             return None
 
-    def write(self, fd: int) -> None:
-        """Written by the writer holding the writer lock, into the sync lock file it owns."""
-        if not still_own_file(fd):
+    def write(self, fd: int, *, checked: bool = False) -> bytes:
+        """Written by the writer holding the writer lock, into the sync lock file it owns; returns the bytes.
+
+        ``checked``: the caller proved, holding the lock, that no other name links to the file.
+        """
+        if not checked and not still_own_file(fd):
             raise OSError(errno.EMLINK, "the sync lock was linked to another file: chain not written")
         data = self.pack()
         if os.pwrite(fd, data, CHAIN_OFFSET) != len(data):
             raise OSError(errno.EIO, "short write of the append chain")
+        return data
 
 
 def read_chain(sync_lock: Path) -> AppendChain | None:

@@ -138,7 +138,8 @@ class MemoryCatalog:
         self.readonly = readonly
         self.private = private
         self._file_mode = PRIVATE_FILE_MODE if private else DEFAULT_FILE_MODE
-        self._writer_lock = FileLock(self.lock_path, mode=self._file_mode)  # one per thread at a time, safe to share
+        # One per thread at a time, safe to share; taken on every add, so each thread keeps its descriptor.
+        self._writer_lock = FileLock(self.lock_path, mode=self._file_mode, keep_open=True)
         self._commits: dict[Path, GroupCommit] = {}  # made by the first write: readers never load it
         self._scan = ScanCache(self.path)
         self._quarantine_scan = ScanCache(self.quarantine_path)

@@ -146,14 +146,19 @@ def ensure_dir(path: Path, *, private: bool = False) -> None:
 class FileLock:
     """An exclusive ``flock`` on a lock file that is never replaced or deleted.
 
-    Each acquisition opens its own file description, so threads of one process
+    Each thread locks through its own file description, so threads of one process
     exclude each other as well as other processes.  The lock refuses to be
     released from a forked child, which would otherwise drop the parent's lock.
+    With ``keep_open`` each thread keeps its descriptor between acquisitions (for a
+    lock taken on every add: an open and a close of the lock file saved each time);
+    it is used again only in the process that opened it and while the file still has
+    a name, and closes when the thread or the lock goes away.
     """
 
-    def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE) -> None:
+    def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE, keep_open: bool = False) -> None:
         self.path = Path(path)
         self._mode = mode
+        self._keep_open = keep_open
         self._local = threading.local()
 
     def __enter__(self) -> FileLock:
@@ -167,13 +172,38 @@ class FileLock:
 
     def acquire(self, *, wait: float | None = None) -> None:
         """Take the lock; with ``wait``, give up after that many seconds (:class:`LockError`, EAGAIN)."""
-        if getattr(self._local, "fd", None) is not None:
+        local = self._local
+        if getattr(local, "fd", None) is not None:
             raise LockError(errno.EDEADLK, f"lock {self.path} is already held by this thread")
+        kept: _KeptDescriptor | None = getattr(local, "kept", None)
+        if kept is not None:
+            local.kept = None
+            if kept.pid == os.getpid():
+                fd = kept.take()
+                self._lock(fd, wait)
+                try:
+                    named = os.fstat(fd).st_nlink > 0
+                except OSError:
+                    named = False
+                if named:
+                    local.fd, local.pid = fd, kept.pid
+                    return
+                # Deleted or replaced since it was opened: a lock nobody else can see.
+                with contextlib.suppress(OSError):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            # A forked child's copy shares the parent's file description: closed (dropped), never unlocked.
         try:
             # Never through a link: a lock file is untrusted and may point out of the store.
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
         except OSError as exc:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.path}: {exc.strerror}") from exc
+        self._lock(fd, wait)
+        local.fd = fd
+        local.pid = os.getpid()
+
+    def _lock(self, fd: int, wait: float | None) -> None:
+        """``flock`` ``fd``; the descriptor is closed when that fails."""
         deadline = None if wait is None else time.monotonic() + wait
         try:
             while True:
@@ -189,23 +219,50 @@ class FileLock:
         except OSError as exc:
             os.close(fd)
             raise LockError(exc.errno or errno.EIO, f"cannot lock {self.path}: {exc.strerror}") from exc
-        self._local.fd = fd
-        self._local.pid = os.getpid()
 
     def release(self) -> None:
-        fd = getattr(self._local, "fd", None)
+        local = self._local
+        fd = getattr(local, "fd", None)
         if fd is None:
             return
-        self._local.fd = None
-        if self._local.pid != os.getpid():
+        local.fd = None
+        if local.pid != os.getpid():
             # A forked child shares the open file description: closing ours is fine,
             # unlocking it would release the parent's lock.
             os.close(fd)
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        if self._keep_open:
+            local.kept = _KeptDescriptor(fd, local.pid)
+        else:
+            os.close(fd)
+
+
+class _KeptDescriptor:
+    """An unlocked lock descriptor kept for a thread's next acquisition; closed when dropped."""
+
+    __slots__ = ("fd", "pid")
+
+    def __init__(self, fd: int, pid: int) -> None:
+        self.fd = fd
+        self.pid = pid
+
+    def take(self) -> int:
+        fd, self.fd = self.fd, -1
+        return fd
+
+    def __del__(self) -> None:
+        # Closing never unlocks a description another descriptor (a forked parent's) still has.
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:  # noqa: SIM105 - at interpreter exit contextlib may be gone
+                os.close(fd)
+            except Exception:
+                pass
 
 
 def open_own_file(path: Path, *, mode: int) -> int:

@@ -85,6 +85,7 @@ class GroupCommit:
         self._mode = mode
         self._idle: list[_Descriptors] = []
         self._retired: list[_Descriptors] = []
+        self._parsed = _Parsed()
 
     # ------------------------------------------------------------- descriptors kept between appends
 
@@ -204,9 +205,8 @@ class GroupCommit:
                     raise storage_error("fsync directory of", self.path, exc) from exc
         return pending
 
-    @staticmethod
     def _extend_chain(
-        sync_fd: int, fd: int, chain: AppendChain | None, before: os.stat_result | None, *, end: int
+        self, sync_fd: int, fd: int, chain: AppendChain | None, before: os.stat_result | None, *, end: int
     ) -> None:
         """Record that this append, and nothing else, took the file from ``before`` to now.
 
@@ -220,7 +220,9 @@ class GroupCommit:
             after = os.fstat(fd)
             if after.st_size != end:
                 before = None
-            AppendChain.after_append(chain, before, after).write(sync_fd)
+            extended = AppendChain.after_append(chain, before, after)
+            # The sync lock was proven linked nowhere else when this append took its descriptors.
+            self._parsed.chain = (extended.write(sync_fd, checked=True), extended)
 
     def cut_torn_tail(self, *, is_whole: Callable[[bytes], bool]) -> Path | None:
         """Set aside an unterminated last line ``is_whole`` rejects; the caller holds the writer lock.
@@ -282,8 +284,8 @@ class GroupCommit:
             block = os.pread(sync_fd, CHAIN_OFFSET + CHAIN_BYTES, 0)
         except OSError:
             block = None
-        record = None if block is None else SyncRecord.unpack(block[:RECORD_BYTES])
-        chain = None if block is None else AppendChain.unpack(block[CHAIN_OFFSET:])
+        record = None if block is None else self._parsed.record_of(block[:RECORD_BYTES])
+        chain = None if block is None else self._parsed.chain_of(block[CHAIN_OFFSET:])
         if block is not None and record is not None and not record.reaches_past(st.st_dev, st.st_ino, size):
             return record, chain, block[:RECORD_BYTES]
         with _Locked(sync_fd, self.sync_path):
@@ -346,7 +348,7 @@ class GroupCommit:
             data = None
         if data is not None and data == pending.seen_record:
             return None
-        record = None if data is None else SyncRecord.unpack(data)
+        record = None if data is None else self._parsed.record_of(data)
         if record is None:  # torn by a writer updating it: read again under the lock
             with _Locked(pending.sync_fd, self.sync_path):
                 record = SyncRecord.read(pending.sync_fd) or SyncRecord()
@@ -417,6 +419,39 @@ def _same_file_state(a: os.stat_result | None, b: os.stat_result) -> bool:
 
 def _lost(path: Path) -> StorageError:
     return storage_error("fsync", path, OSError(errno.EIO, "an fsync this append waited on failed: it may be lost"))
+
+
+class _Parsed:
+    """The last record and chain bytes this group parsed, with what they said: not parsed again.
+
+    Most appends find the block as the last one left it (their own chain, an unchanged
+    record).  The objects kept here are only read, never updated: an update reads the
+    record afresh under the sync lock.  Each pair is replaced whole, so threads sharing
+    the group see one pair or the other.
+    """
+
+    __slots__ = ("chain", "record")
+
+    def __init__(self) -> None:
+        self.record: tuple[bytes, SyncRecord] | None = None
+        self.chain: tuple[bytes, AppendChain | None] | None = None
+
+    def record_of(self, data: bytes) -> SyncRecord | None:
+        kept = self.record
+        if kept is not None and kept[0] == data:
+            return kept[1]
+        record = SyncRecord.unpack(data)
+        if record is not None:
+            self.record = (data, record)
+        return record
+
+    def chain_of(self, data: bytes) -> AppendChain | None:
+        kept = self.chain
+        if kept is not None and kept[0] == data:
+            return kept[1]
+        chain = AppendChain.unpack(data)
+        self.chain = (data, chain)
+        return chain
 
 
 class _Descriptors:

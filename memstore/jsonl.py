@@ -81,10 +81,14 @@ def encode_entries(entries: Iterable[MemoryEntry], **extra: Any) -> bytes:
     return b"".join(_encode(entry, extra) for entry in entries)
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, allow_nan=False)
+"""What ``json.dumps(payload, sort_keys=True, allow_nan=False)`` builds on every call: made once (it keeps no state)."""
+
+
 def _encode(entry: MemoryEntry, extra: dict[str, Any]) -> bytes:
     payload = entry.to_dict()
     payload.update(extra)
-    return (json.dumps(payload, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    return (_ENCODER.encode(payload) + "\n").encode("utf-8")
 
 
 def encode_entry(entry: MemoryEntry, **extra: Any) -> bytes:

@@ -105,15 +105,16 @@ def test_lock_serialises_processes_read_modify_write(tmp_path: Path) -> None:
     assert counter.read_text() == "120"
 
 
+@pytest.mark.parametrize("keep_open", [False, True])
 @pytest.mark.parametrize("shared_instance", [True, False])
-def test_lock_serialises_threads(tmp_path: Path, shared_instance: bool) -> None:
+def test_lock_serialises_threads(tmp_path: Path, shared_instance: bool, keep_open: bool) -> None:
     lock_path, counter = tmp_path / "c.lock", tmp_path / "counter"
     counter.write_text("0")
-    shared = FileLock(lock_path)
+    shared = FileLock(lock_path, keep_open=keep_open)
     errors: list[BaseException] = []
 
     def work() -> None:
-        lock = shared if shared_instance else FileLock(lock_path)
+        lock = shared if shared_instance else FileLock(lock_path, keep_open=keep_open)
         try:
             for _ in range(30):
                 with lock:
@@ -130,6 +131,86 @@ def test_lock_serialises_threads(tmp_path: Path, shared_instance: bool) -> None:
         thread.join()
     assert not errors
     assert counter.read_text() == "120"
+
+
+def _fds_to(path: Path) -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(str(path))
+    return count
+
+
+def test_a_kept_lock_descriptor_opens_the_file_once_and_still_excludes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock_path = tmp_path / "memory.lock"
+    lock = FileLock(lock_path, keep_open=True)
+    opens = []
+    real_open = os.open
+
+    def counting_open(path: object, *args: object, **kwargs: object) -> int:
+        opens.append(path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(files.os, "open", counting_open)
+    for _ in range(3):
+        with lock:
+            assert _run_child_try_lock(lock_path) is False
+        assert _run_child_try_lock(lock_path) is True  # released, though the descriptor stays open
+    assert opens == [lock_path]
+    assert _fds_to(lock_path) == 1
+    del lock
+    assert _fds_to(lock_path) == 0  # closed with the lock
+
+
+def test_a_kept_lock_descriptor_is_dropped_when_its_file_loses_its_name(tmp_path: Path) -> None:
+    """A lock file deleted or replaced since: locking the old one would exclude nobody who opens the name."""
+    lock_path = tmp_path / "memory.lock"
+    lock = FileLock(lock_path, keep_open=True)
+    with lock:
+        pass
+    os.unlink(lock_path)
+    with lock:
+        assert lock_path.exists()
+        assert _run_child_try_lock(lock_path) is False  # the file others open now is the one held
+    replacement = tmp_path / "planted"
+    replacement.write_bytes(b"")
+    os.replace(replacement, lock_path)
+    with lock:
+        assert _run_child_try_lock(lock_path) is False
+    assert _fds_to(tmp_path) == 1  # the orphans' descriptors were closed
+
+
+def test_a_forked_child_does_not_lock_through_the_parents_kept_descriptor(tmp_path: Path) -> None:
+    """The child's copy shares the parent's open file description: flock on it succeeds while the parent holds it."""
+    lock_path = tmp_path / "memory.lock"
+    lock = FileLock(lock_path, keep_open=True)
+    with lock:
+        pass  # kept, unlocked, when the process forks
+    held_r, held_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        code = 1
+        try:
+            os.close(held_w)
+            os.read(held_r, 1)  # the parent holds the lock now, through the kept descriptor
+            try:
+                lock.acquire(wait=0.05)
+                code = 2  # taken while the parent holds it
+            except LockError:
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(held_r)
+    with lock:
+        os.write(held_w, b"x")
+        _, status = os.waitpid(pid, 0)
+    os.close(held_w)
+    assert os.WEXITSTATUS(status) == 0
 
 
 def test_lock_is_not_reentrant_in_one_thread(tmp_path: Path) -> None:

@@ -246,3 +246,49 @@ def test_a_stale_kept_descriptor_is_closed_after_the_writer_lock_is_released(
     _add(commit, lock, b'{"n": 2}\n')
     assert closed_while_locked == [False]
     assert commit.path.read_bytes() == b'{"seed": 1}\n{"n": 2}\n'
+
+
+def test_an_unchanged_record_and_chain_are_not_parsed_again(
+    group: tuple[GroupCommit, FileLock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The block a writer's own last append left is what its next append reads: nothing to parse."""
+    from memstore.append_chain import AppendChain
+    from memstore.sync_record import SyncRecord
+
+    commit, lock = group
+    _add(commit, lock)
+    parsed: list[str] = []
+    real_record, real_chain = SyncRecord.unpack.__func__, AppendChain.unpack.__func__  # type: ignore[attr-defined]
+
+    def record_unpack(cls: type[SyncRecord], data: bytes) -> SyncRecord | None:
+        parsed.append("record")
+        return real_record(cls, data)  # type: ignore[no-any-return]
+
+    def chain_unpack(cls: type[AppendChain], data: bytes) -> AppendChain | None:
+        parsed.append("chain")
+        return real_chain(cls, data)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(SyncRecord, "unpack", classmethod(record_unpack))
+    monkeypatch.setattr(AppendChain, "unpack", classmethod(chain_unpack))
+    for n in range(3):
+        _add(commit, lock, b'{"n": %d}\n' % n)
+    assert parsed == []
+
+
+def test_a_chain_another_handle_extended_is_read_again_and_extended(tmp_path: Path) -> None:
+    """Two handles taking turns keep one chain: each parses what the other wrote instead of its own last one."""
+    from memstore.append_chain import read_chain
+
+    path = tmp_path / "memory.jsonl"
+    path.write_bytes(b'{"seed": 0}\n')
+    lock = FileLock(tmp_path / "memory.lock")
+    first, second = GroupCommit(path), GroupCommit(path)
+    _add(first, lock)
+    chain = read_chain(first.sync_path)
+    for n in range(4):
+        _add(second if n % 2 == 0 else first, lock, b'{"n": %d}\n' % n)
+    later = read_chain(first.sync_path)
+    assert chain is not None and later is not None
+    assert later.nonce == chain.nonce and later.start_size == chain.start_size
+    assert later.ends_at(os.stat(path))
+

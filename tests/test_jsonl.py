@@ -7,6 +7,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memstore import jsonl
 from memstore.errors import ArgumentTypeError, InvalidArgumentError
@@ -86,6 +88,28 @@ def test_encode_entry_writes_sorted_keys_with_default_separators() -> None:
     payload = json.loads(quarantined)
     assert payload["quarantine"] is True and payload["provenance"] == {"reason": "bad branch"}
     assert list(payload) == sorted(payload)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    content=st.text(min_size=1).filter(str.strip),
+    tags=st.lists(st.text(max_size=8), max_size=4),
+    branch=st.none() | st.text(max_size=10),
+    extra=st.dictionaries(st.sampled_from(["quarantine", "provenance", "zz", "aa"]), _json_values, max_size=2),
+)
+def test_encode_entry_is_byte_for_byte_json_dumps(
+    content: str, tags: list[str], branch: str | None, extra: dict[str, Any]
+) -> None:
+    """The encoder made once writes what ``json.dumps(..., sort_keys=True, allow_nan=False)`` writes."""
+    entry = MemoryEntry(memory_id="a1", content=content, tags=tags, created_at="t", branch_name=branch)
+    expected = json.dumps({**entry.to_dict(), **extra}, sort_keys=True, allow_nan=False) + "\n"
+    assert encode_entry(entry, **extra) == expected.encode("utf-8")
 
 
 def test_encode_entry_refuses_what_json_cannot_hold() -> None:

@@ -17,6 +17,7 @@ from memstore.models import (
     memory_entry_from_payload,
     memory_matches,
     memory_relevance_score,
+    new_memory_id,
     normalize_tags,
     query_tokens,
 )
@@ -358,3 +359,18 @@ def test_memory_entries_to_prompt() -> None:
         "run_id": None,
     }
     json.dumps(result)  # prompt payloads are JSON-serialisable
+
+
+def test_new_memory_ids_are_uuid4_hex() -> None:
+    """Made from the random bytes directly, they are still what ``uuid.uuid4().hex`` gives: version 4, RFC 4122."""
+    import uuid
+
+    ids = [new_memory_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(hex=value)
+        assert parsed.hex == value and len(value) == 32
+        assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+    # every other bit still varies
+    assert {value[12] for value in ids} == {"4"} and {value[16] for value in ids} == set("89ab")
+    assert len({value[0] for value in ids}) == 16 and len({value[13] for value in ids}) == 16
