@@ -2,11 +2,12 @@
 
 Writers only ever append, so the part of the file before its last newline does not
 change while the inode stays the same (memstore cuts back only torn or failed bytes
-after it).  A rewrite therefore scans that part and copies what it keeps into the
-new file without the lock (:func:`prepare`), fsynced, and under the lock only checks
-the inode and the size, scans and copies what was appended meanwhile, and replaces
-the file (:func:`finish`).  When the file was replaced in between (another rewrite,
-a checkout), the whole rewrite is done under the lock, as before.
+after it).  A rewrite therefore scans that part without the lock (:func:`prepare`),
+writing the lines it keeps into the new file from the very blocks it scans, fsynced.
+Under the lock (:func:`finish`) it proves the file still holds every byte that pass
+read (another tool may have saved it in place: :mod:`memstore.kept_copy`), scans and
+copies what was appended meanwhile, and replaces the file.  When the file was
+replaced or edited in between, the whole rewrite is done under the lock.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from memstore.errors import StorageError
 from memstore.files import Replacement, last_line_end, open_for_read, storage_error
 from memstore.index.catalog_index import RewritePlan
-from memstore.lines_seen import still_holds
+from memstore.kept_copy import CopySeen, KeptCopy
 from memstore.models import MemoryEntry
 from memstore.rewrite_scan import RemovalScan, scan_for_removal
 
@@ -35,6 +36,8 @@ class Prepared:
     scan: RemovalScan
     replacement: Replacement | None
     """The new file so far (fsynced), or None when nothing before ``upto`` goes."""
+    seen: CopySeen | None
+    """What the copy was made from, proven again under the lock before it is used."""
 
     def discard(self) -> None:
         if self.replacement is not None:
@@ -49,27 +52,31 @@ class Rewritten:
 
 
 def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
-    """Scan and copy the file up to its last newline; None when there is no file."""
+    """Scan the file up to its last newline, copying what stays as it goes; None when there is no file."""
     fd = open_for_read(path)
     if fd is None:
         return None
     try:
+        replacement = Replacement(path, digest=True)
         try:
-            st = os.fstat(fd)
-            upto = last_line_end(fd, st.st_size)
-            scan = scan_for_removal(fd, upto, key=key, value=value, prove=True)
-        except OSError as exc:
-            raise storage_error("read", path, exc) from exc
-        replacement = None
-        if scan.removed:
-            replacement = Replacement(path, digest=True)
             try:
-                replacement.copy(fd, scan.kept)
+                st = os.fstat(fd)
+                upto = last_line_end(fd, st.st_size)
+                copy = KeptCopy(replacement)
+                scan = scan_for_removal(fd, upto, key=key, value=value, copy=copy)
+            except StorageError:
+                raise  # the copy's own error says what failed
+            except OSError as exc:
+                raise storage_error("read", path, exc) from exc
+            seen = copy.seen(upto, scan.dropped)
+            if scan.removed:
                 replacement.sync()
-            except BaseException:
-                replacement.discard()
-                raise
-        return Prepared(st.st_dev, st.st_ino, upto, scan, replacement)
+            else:
+                replacement.discard()  # the digest taken on the way still proves the scan
+            return Prepared(st.st_dev, st.st_ino, upto, scan, replacement if scan.removed else None, seen)
+        except BaseException:
+            replacement.discard()
+            raise
     finally:
         os.close(fd)
 
@@ -87,38 +94,37 @@ def finish(
 
     ``before`` runs ahead of the replace (quarantine appends the entries there first).
     """
+    replacement: Replacement | None = None
     try:
-        st = os.fstat(fd)
-        if (
-            prepared is not None
-            and (prepared.dev, prepared.ino) == (st.st_dev, st.st_ino)
-            and st.st_size >= prepared.upto
-            and _unchanged(fd, prepared)
-        ):
-            head, rest = prepared.scan, scan_for_removal(fd, st.st_size, key=key, value=value, start=prepared.upto)
-            replacement = prepared.replacement
-        else:
-            if prepared is not None:
-                prepared.discard()
-            head, rest = RemovalScan(), scan_for_removal(fd, st.st_size, key=key, value=value)
-            replacement = None
-    except StorageError:
-        raise
-    except OSError as exc:
-        raise storage_error("read", path, exc) from exc
-    removed = head.removed + rest.removed
-    if not removed:
-        if replacement is not None:
-            replacement.discard()
-        return None
-    try:
+        try:
+            st = os.fstat(fd)
+            if prepared is not None and _unchanged(fd, st, prepared):
+                head, replacement = prepared.scan, prepared.replacement
+                prepared.replacement = None  # this call discards it from here on
+                if replacement is not None:
+                    rest = scan_for_removal(
+                        fd, st.st_size, key=key, value=value, start=prepared.upto, copy=KeptCopy(replacement)
+                    )
+                else:  # nothing went before ``upto``: what follows is copied only if something goes there
+                    rest = scan_for_removal(fd, st.st_size, key=key, value=value, start=prepared.upto)
+                    if rest.removed:
+                        replacement = Replacement(path, digest=True)
+                        replacement.copy(fd, [*head.kept, *rest.kept])
+            else:
+                if prepared is not None:
+                    prepared.discard()
+                head, replacement = RemovalScan(), Replacement(path, digest=True)
+                rest = scan_for_removal(fd, st.st_size, key=key, value=value, copy=KeptCopy(replacement))
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise storage_error("read", path, exc) from exc
+        removed = head.removed + rest.removed
+        if not removed or replacement is None:
+            return None
         _still_at_path(path, st)
         if before is not None:
             before(removed)
-        if replacement is None:
-            replacement = Replacement(path, digest=True)
-            replacement.copy(fd, head.kept)
-        replacement.copy(fd, rest.kept)
         replacement.write(rest.tail)
         written = replacement.hasher.pack() if replacement.hasher is not None else b""
         _still_at_path(path, st)
@@ -131,6 +137,8 @@ def finish(
         removed=frozenset(head.removed_starts | rest.removed_starts),
         dropped=tuple(head.dropped + rest.dropped),
         written=written,
+        key=key,
+        value=value,
     )
     return Rewritten(removed, plan, after)
 
@@ -150,11 +158,15 @@ def _still_at_path(path: Path, st: os.stat_result) -> None:
         raise FileReplacedError(errno.EAGAIN, message)
 
 
-def _unchanged(fd: int, prepared: Prepared) -> bool:
-    """The part copied without the lock is still what the file holds.
+def _unchanged(fd: int, st: os.stat_result, prepared: Prepared) -> bool:
+    """The part scanned and copied without the lock is still what the file holds.
 
     Memstore's writers only append, but another tool may have saved the file in place
     meanwhile (same inode): its edit must not be lost to a copy taken before it.
     """
-    seen = prepared.scan.seen
-    return seen is not None and still_holds(fd, [seen])
+    return (
+        (prepared.dev, prepared.ino) == (st.st_dev, st.st_ino)
+        and st.st_size >= prepared.upto
+        and prepared.seen is not None
+        and prepared.seen.holds(fd)
+    )
