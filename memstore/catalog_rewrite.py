@@ -56,27 +56,29 @@ def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
     fd = open_for_read(path)
     if fd is None:
         return None
+    copy: KeptCopy | None = None
     try:
-        replacement = Replacement(path, digest=True)
         try:
-            try:
-                st = os.fstat(fd)
-                upto = last_line_end(fd, st.st_size)
-                copy = KeptCopy(replacement)
-                scan = scan_for_removal(fd, upto, key=key, value=value, copy=copy)
-            except StorageError:
-                raise  # the copy's own error says what failed
-            except OSError as exc:
-                raise storage_error("read", path, exc) from exc
-            seen = copy.seen(upto, scan.dropped)
-            if scan.removed:
-                replacement.sync()
-            else:
-                replacement.discard()  # the digest taken on the way still proves the scan
-            return Prepared(st.st_dev, st.st_ino, upto, scan, replacement if scan.removed else None, seen)
-        except BaseException:
-            replacement.discard()
-            raise
+            st = os.fstat(fd)
+            upto = last_line_end(fd, st.st_size)
+            copy = KeptCopy(fd, 0, lambda: Replacement(path, digest=True))
+            scan = scan_for_removal(fd, upto, key=key, value=value, copy=copy)
+        except StorageError:
+            raise  # the copy's own error says what failed
+        except OSError as exc:
+            raise storage_error("read", path, exc) from exc
+        seen = copy.seen(upto, scan.dropped)
+        replacement = copy.replacement
+        if replacement is not None and scan.removed:
+            replacement.sync()
+        elif replacement is not None:
+            replacement.discard()  # only blank lines went: nothing to rewrite for
+            replacement = None
+        return Prepared(st.st_dev, st.st_ino, upto, scan, replacement, seen)
+    except BaseException:
+        if copy is not None and copy.replacement is not None:
+            copy.replacement.discard()
+        raise
     finally:
         os.close(fd)
 
@@ -103,7 +105,7 @@ def finish(
                 prepared.replacement = None  # this call discards it from here on
                 if replacement is not None:
                     rest = scan_for_removal(
-                        fd, st.st_size, key=key, value=value, start=prepared.upto, copy=KeptCopy(replacement)
+                        fd, st.st_size, key=key, value=value, start=prepared.upto, copy=KeptCopy.into(fd, replacement)
                     )
                 else:  # nothing went before ``upto``: what follows is copied only if something goes there
                     rest = scan_for_removal(fd, st.st_size, key=key, value=value, start=prepared.upto)
@@ -113,8 +115,11 @@ def finish(
             else:
                 if prepared is not None:
                     prepared.discard()
-                head, replacement = RemovalScan(), Replacement(path, digest=True)
-                rest = scan_for_removal(fd, st.st_size, key=key, value=value, copy=KeptCopy(replacement))
+                head, copy = RemovalScan(), KeptCopy(fd, 0, lambda: Replacement(path, digest=True))
+                try:
+                    rest = scan_for_removal(fd, st.st_size, key=key, value=value, copy=copy)
+                finally:
+                    replacement = copy.replacement
         except StorageError:
             raise
         except OSError as exc:

@@ -91,8 +91,11 @@ class CopySeen:
 
 
 class KeptCopy:
-    """Writes the kept parts of each block a scan reads into ``replacement`` (which digests them).
+    """Writes the kept parts of each block a scan reads into a new file, which digests them.
 
+    The new file is opened (``open_replacement``) only at the first block that drops a
+    line: a scan that finds nothing to drop writes nothing.  The kept bytes before that
+    block are then read again and copied, and must digest as they did when scanned.
     The writing and digesting run on one worker thread, in block order, while the scan
     reads and looks at the next block: both release the GIL, the scan mostly holds it.
     At most ``AHEAD`` blocks wait for the worker, so memory stays bounded.
@@ -100,23 +103,35 @@ class KeptCopy:
 
     AHEAD = 2
 
-    def __init__(self, replacement: Replacement) -> None:
+    def __init__(self, fd: int, start: int, open_replacement: Callable[[], Replacement]) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        self.replacement = replacement
+        self.replacement: Replacement | None = None
+        """The new file, once a block dropped a line (its digest then continues ``_digest``)."""
+        self._fd = fd
+        self._start = start
+        self._open = open_replacement
+        self._digest = PrefixDigest()
         self._gone: Any = sha256()
-        self._torn = False
-        """A long line held a newline before its end when copied: it changed since the scan found its end."""
+        self._changed = False
+        """Bytes read again differ from what the scan read: the file changed under the copy."""
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-rewrite-copy")
         self._pending: deque[Future[None]] = deque()
+
+    @classmethod
+    def into(cls, fd: int, replacement: Replacement) -> KeptCopy:
+        """A copy that continues ``replacement`` (already holding what precedes the scan)."""
+        copy = cls(fd, 0, lambda: replacement)
+        copy.replacement = replacement
+        return copy
 
     def block(self, view: memoryview, at: int, dropped: Ranges) -> None:
         """A block read at ``at``, with the lines the scan dropped from it (all inside it)."""
         self._submit(self._block, view, at, tuple(dropped))
 
-    def long_line(self, fd: int, start: int, end: int) -> None:
+    def long_line(self, start: int, end: int) -> None:
         """A line too long to hold in memory, kept: copied in chunks, each read once."""
-        self._submit(self._long_line, fd, start, end)
+        self._submit(self._long_line, start, end)
 
     def wait(self, *, check: bool = True) -> None:
         """Wait until every block handed over is written; with ``check``, raise the first error."""
@@ -133,10 +148,10 @@ class KeptCopy:
     def seen(self, upto: int, dropped: Ranges) -> CopySeen | None:
         """The record of the copy of ``[0, upto)``, for :meth:`CopySeen.holds` under the lock."""
         self.wait()
-        hasher = self.replacement.hasher
-        if hasher is None or self._torn:
+        digest = self._digest if self.replacement is None else self.replacement.hasher
+        if digest is None or self._changed:
             return None
-        return CopySeen(upto, tuple(dropped), hasher.pack(), self._gone.digest())
+        return CopySeen(upto, tuple(dropped), digest.pack(), self._gone.digest())
 
     def _submit(self, step: Callable[..., None], *args: Any) -> None:
         while len(self._pending) >= self.AHEAD:
@@ -144,19 +159,36 @@ class KeptCopy:
         self._pending.append(self._worker.submit(step, *args))
 
     def _block(self, view: memoryview, at: int, dropped: Ranges) -> None:
+        if dropped and self.replacement is None:
+            self._open_at(at)
         kept, gone, _index = split(view, at, dropped, 0)
-        self.replacement.write_parts(kept)
+        self._keep(kept)
         for part in gone:
             self._gone.update(part)
 
-    def _long_line(self, fd: int, start: int, end: int) -> None:
+    def _open_at(self, at: int) -> None:
+        """Open the new file and copy the bytes before ``at`` into it (all kept), proving them again."""
+        replacement = self._open()
+        self.replacement = replacement
+        replacement.copy(self._fd, [(self._start, at)])
+        if replacement.hasher is None or replacement.hasher.pack() != self._digest.pack():
+            self._changed = True
+
+    def _keep(self, parts: Sequence[memoryview]) -> None:
+        if self.replacement is not None:
+            self.replacement.write_parts(parts)
+        else:
+            for part in parts:
+                self._digest.update(part)
+
+    def _long_line(self, start: int, end: int) -> None:
         pos = start
         while pos < end:
-            chunk = os.pread(fd, min(BLOCK_BYTES, end - pos), pos)
+            chunk = os.pread(self._fd, min(BLOCK_BYTES, end - pos), pos)
             if not chunk:
                 raise OSError(errno.EIO, "the file shrank while it was being copied")
             newline = chunk.find(NEWLINE)
             if 0 <= newline < end - pos - 1:
-                self._torn = True
-            self.replacement.write_parts([memoryview(chunk)])
+                self._changed = True  # a newline inside: a line the scan never looked at
+            self._keep([memoryview(chunk)])
             pos += len(chunk)

@@ -83,7 +83,7 @@ def scan_for_removal(
         for piece in iter_line_blocks(fd, start=start, stop=size, block=block):
             if piece.data is None:
                 if copy is not None:
-                    copy.long_line(fd, piece.start, piece.start + piece.length)
+                    copy.long_line(piece.start, piece.start + piece.length)
                 scan._keep(piece.start, piece.start + piece.length)
                 continue
             first_drop = len(scan.dropped)

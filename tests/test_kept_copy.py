@@ -8,6 +8,7 @@ check that the change is neither lost nor copied over.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -191,18 +192,61 @@ def test_a_long_line_split_after_the_scan_found_its_end_is_rewritten_under_the_l
     real_long_line = KeptCopy.long_line
     edits = [b"x" * (length - len(going) - 1) + b"\n" + going]
 
-    def edit_then_copy(self: KeptCopy, fd: int, begin: int, end: int) -> None:
+    def edit_then_copy(self: KeptCopy, begin: int, end: int) -> None:
         while edits:
             with open(catalog.path, "r+b") as handle:
                 handle.seek(start)
                 handle.write(edits.pop())
-        real_long_line(self, fd, begin, end)
+        real_long_line(self, begin, end)
 
     monkeypatch.setattr(KeptCopy, "long_line", edit_then_copy)
     assert catalog.delete_by_branch("gone") == 2
     data = catalog.path.read_bytes()
     assert b"hidden" not in data and b"removed" not in data
     assert data.count(b"\n") == 2 and b"x" * (length - len(going) - 1) + b"\n" in data
+
+
+def test_an_edit_before_the_copy_reads_its_first_blocks_again_is_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing is written until a block drops a line; the blocks before it are then read again and
+    must be what the scan read (here a kept line became one to remove in between)."""
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add("turned to go", branch_name="stax")
+    for n in range(8):
+        catalog.add(f"entry {n}", branch_name="stay")
+    catalog.add("removed", branch_name="gone")
+    real_scan = catalog_rewrite.scan_for_removal
+    monkeypatch.setattr(catalog_rewrite, "scan_for_removal", functools.partial(real_scan, block=200))
+    real_open_at = KeptCopy._open_at
+    edits = [lambda: _edit_in_place(catalog.path, b'"stax", "content": "turned', b'"gone", "content": "turned')]
+
+    def edit_then_open(self: KeptCopy, at: int) -> None:
+        while edits:
+            edits.pop()()
+        real_open_at(self, at)
+
+    monkeypatch.setattr(KeptCopy, "_open_at", edit_then_open)
+    assert catalog.delete_by_branch("gone") == 2
+    assert "turned to go" not in _contents(tmp_path) and len(_contents(tmp_path)) == 8
+    assert catalog.check_index().equal
+
+
+def test_a_scan_that_drops_nothing_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(5):
+        catalog.add(f"entry {n}", branch_name="stay")
+    opened: list[Replacement] = []
+    real_init = Replacement.__init__
+
+    def spy(self: Replacement, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        opened.append(self)
+
+    monkeypatch.setattr(Replacement, "__init__", spy)
+    before = catalog.path.read_bytes()
+    assert catalog.delete_by_branch("gone") == 0
+    assert opened == [] and catalog.path.read_bytes() == before
 
 
 def test_writev_all_finishes_short_writes_and_more_parts_than_one_call_takes(

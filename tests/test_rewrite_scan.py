@@ -133,9 +133,20 @@ def test_the_block_scan_drops_what_the_line_scan_drops(
 
 
 def _copied_while_scanning(fd: int, size: int, target: Path, key: str, value: str, block: int) -> bytes:
-    """The new file a scan writes from its own reads (``copy``), checked against its own digest."""
+    """The new file a scan writes from its own reads (``copy``), checked against its own digest.
+
+    The file is opened at the first block that drops a line; when none does, the digest
+    the copy kept without writing must be that of the bytes it would have written.
+    """
     with Replacement(target, digest=True) as replacement:
-        scan = scan_for_removal(fd, size, key=key, value=value, block=block, copy=KeptCopy(replacement))
+        copy = KeptCopy(fd, 0, lambda: replacement)
+        scan = scan_for_removal(fd, size, key=key, value=value, block=block, copy=copy)
+        seen = copy.seen(size, scan.dropped)
+        assert seen is not None
+        if copy.replacement is None:
+            assert not scan.dropped
+            assert PrefixDigest.of(fd, size).pack() == seen.kept
+            return os.pread(fd, size, 0) + scan.tail
         replacement.write(scan.tail)
         assert replacement.hasher is not None
         digest = replacement.hasher.pack()
