@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memstore.errors import StorageError
 from memstore.files import Replacement, last_line_end, open_for_read, storage_error
@@ -24,6 +25,9 @@ from memstore.index.catalog_index import RewritePlan
 from memstore.kept_copy import CopySeen, KeptCopy
 from memstore.models import MemoryEntry
 from memstore.rewrite_scan import RemovalScan, scan_for_removal
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 @dataclass
@@ -35,13 +39,26 @@ class Prepared:
     upto: int
     scan: RemovalScan
     replacement: Replacement | None
-    """The new file so far (fsynced), or None when nothing before ``upto`` goes."""
+    """The new file so far, or None when nothing before ``upto`` goes."""
     seen: CopySeen | None
     """What the copy was made from, proven again under the lock before it is used."""
+    syncing: Future[None] | None = None
+    """The fsync of ``replacement``, left running while the lock is taken and the copy proven."""
+
+    def settle(self) -> None:
+        """Wait for the fsync of the copy; raise its error."""
+        syncing, self.syncing = self.syncing, None
+        if syncing is not None:
+            syncing.result()
 
     def discard(self) -> None:
-        if self.replacement is not None:
-            self.replacement.discard()
+        try:
+            self.settle()
+        except StorageError:
+            pass  # the copy is thrown away anyway
+        finally:
+            if self.replacement is not None:
+                self.replacement.discard()
 
 
 @dataclass
@@ -69,12 +86,13 @@ def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
             raise storage_error("read", path, exc) from exc
         seen = copy.seen(upto, scan.dropped)
         replacement = copy.replacement
+        syncing = None
         if replacement is not None and scan.removed:
-            replacement.sync()
+            syncing = _in_background(replacement.sync)  # disk time the proof under the lock hides
         elif replacement is not None:
             replacement.discard()  # only blank lines went: nothing to rewrite for
             replacement = None
-        return Prepared(st.st_dev, st.st_ino, upto, scan, replacement, seen)
+        return Prepared(st.st_dev, st.st_ino, upto, scan, replacement, seen, syncing)
     except BaseException:
         if copy is not None and copy.replacement is not None:
             copy.replacement.discard()
@@ -101,6 +119,7 @@ def finish(
         try:
             st = os.fstat(fd)
             if prepared is not None and _unchanged(fd, st, prepared):
+                prepared.settle()
                 head, replacement = prepared.scan, prepared.replacement
                 prepared.replacement = None  # this call discards it from here on
                 if replacement is not None:
@@ -146,6 +165,16 @@ def finish(
         value=value,
     )
     return Rewritten(removed, plan, after)
+
+
+def _in_background(step: Callable[[], None]) -> Future[None]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-rewrite-sync")
+    try:
+        return pool.submit(step)
+    finally:
+        pool.shutdown(wait=False)
 
 
 class FileReplacedError(StorageError):

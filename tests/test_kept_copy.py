@@ -8,9 +8,11 @@ check that the change is neither lost nor copied over.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from memstore import catalog_rewrite, kept_copy
 from memstore.block_digest import PrefixDigest
 from memstore.catalog import MemoryCatalog
 from memstore.digests import sha256
+from memstore.errors import StorageError
 from memstore.files import Replacement, writev_all
 from memstore.kept_copy import CopySeen, KeptCopy, split
 
@@ -277,3 +280,34 @@ def test_writev_all_refuses_a_file_that_takes_nothing(tmp_path: Path, monkeypatc
             writev_all(fd, [memoryview(b"abc")])
     finally:
         os.close(fd)
+
+
+def test_a_failed_fsync_of_the_copy_fails_the_rewrite_and_leaves_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy's fsync runs while the lock is taken and the copy proven; its error still stops the replace."""
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(6):
+        catalog.add(f"entry {n}", branch_name="gone" if n % 2 else "stay")
+    before = catalog.path.read_bytes()
+    real_sync = Replacement.sync
+    syncs: list[str] = []
+
+    def failing_sync(self: Replacement) -> None:
+        syncs.append(threading.current_thread().name)
+        self._do(lambda: _raise(OSError(errno.EIO, "fsync failed")))
+
+    monkeypatch.setattr(Replacement, "sync", failing_sync)
+    with pytest.raises(StorageError) as caught:
+        catalog.delete_by_branch("gone")
+    assert caught.value.errno == errno.EIO
+    assert syncs and syncs[0].startswith("memstore-rewrite-sync")
+    assert catalog.path.read_bytes() == before
+    assert not list(catalog.directory.glob("*.tmp"))
+    monkeypatch.setattr(Replacement, "sync", real_sync)
+    assert catalog.delete_by_branch("gone") == 3
+    assert catalog.check_index().equal
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
