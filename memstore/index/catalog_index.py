@@ -291,21 +291,31 @@ class CatalogIndex(IndexedSource):
             return
         wanted = json.dumps(sorted(set(ids)))
         chosen = "id IN (SELECT value FROM json_each(?))"
-        held = f"SELECT c, t, mc, mt FROM doc WHERE odd = 0 AND {chosen}"
-        terms: vocabulary.TermCounts
-        if len(ids) >= COUNTED_IN_FTS5:
-            terms = vocabulary.rows_counted(conn, held, (wanted,))
-        else:  # a catch-up's re-read tail: not worth a scratch table
-            terms = Counter()
-            for content, tags, content_marks, tag_marks in conn.execute(held, (wanted,)):
+        held = conn.execute(f"SELECT c, t, mc, mt FROM doc WHERE odd = 0 AND {chosen}", (wanted,)).fetchall()
+
+        def delete() -> None:
+            conn.execute(
+                f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
+                f" WHERE {chosen} ORDER BY id",
+                (wanted,),
+            )
+            conn.execute(f"DELETE FROM doc WHERE {chosen}", (wanted,))
+            conn.execute(f"DELETE FROM pos WHERE {chosen}", (wanted,))
+
+        terms: vocabulary.TermCounts = Counter()
+        if len(ids) < COUNTED_IN_FTS5:  # a catch-up's re-read tail: not worth a scratch table
+            for content, tags, content_marks, tag_marks in held:
                 vocabulary.row_terms(terms, content, tags, content_marks, tag_marks)
-        conn.execute(
-            f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
-            f" WHERE {chosen} ORDER BY id",
-            (wanted,),
-        )
-        conn.execute(f"DELETE FROM doc WHERE {chosen}", (wanted,))
-        conn.execute(f"DELETE FROM pos WHERE {chosen}", (wanted,))
+            delete()
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # Counted by FTS5 in a scratch database of their own, on a second thread, while
+            # this connection deletes them.
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-vocabulary-count") as counting:
+                counted = counting.submit(vocabulary.values_counted, held)
+                delete()
+                terms = counted.result()
         # Once for all the rows: a common term is counted down in one UPDATE.
         vocabulary.remove(conn, terms)
 
