@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from memstore.index.terms import CONTENT, CONTENT_MARKS, TAG_MARKS, TAGS, gram_text, text_terms
 
@@ -61,31 +61,20 @@ def values_counted(rows: Sequence[tuple[str, str, str, str]]) -> TermCounts:
     conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
         conn.execute("BEGIN")  # one transaction: FTS5 holds every row until the table is read
-        return _counted(conn, lambda table: conn.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, ?)", rows))
-    finally:
-        conn.close()
-
-
-def _counted(conn: sqlite3.Connection, fill: Callable[[str], object]) -> TermCounts:
-    conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH_VOCAB}")
-    conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH}")
-    conn.execute(
-        f"CREATE VIRTUAL TABLE temp.{_SCRATCH} USING fts5(c, t, mc, mt, tokenize='ascii', detail=column, columnsize=0)"
-    )
-    try:
-        # Held in memory until the table is read: FTS5 writes no segment to merge.
-        conn.execute(f"INSERT INTO temp.{_SCRATCH}({_SCRATCH}, rank) VALUES ('hashsize', ?)", (SCRATCH_HASHSIZE,))
-        fill(f"temp.{_SCRATCH}")
-        conn.execute(f"CREATE VIRTUAL TABLE temp.{_SCRATCH_VOCAB} USING fts5vocab(temp, {_SCRATCH}, 'col')")
+        conn.execute(
+            f"CREATE VIRTUAL TABLE {_SCRATCH} USING fts5(c, t, mc, mt, tokenize='ascii', detail=column, columnsize=0)"
+        )
+        conn.execute(f"INSERT INTO {_SCRATCH}({_SCRATCH}, rank) VALUES ('hashsize', ?)", (SCRATCH_HASHSIZE,))
+        conn.executemany(f"INSERT INTO {_SCRATCH}(c, t, mc, mt) VALUES (?, ?, ?, ?)", rows)
+        conn.execute(f"CREATE VIRTUAL TABLE {_SCRATCH_VOCAB} USING fts5vocab({_SCRATCH}, 'col')")
         return Counter(
             {
                 (COLUMN_KINDS[column], term): n
-                for term, column, n in conn.execute(f"SELECT term, col, doc FROM temp.{_SCRATCH_VOCAB}")
+                for term, column, n in conn.execute(f"SELECT term, col, doc FROM {_SCRATCH_VOCAB}")
             }
         )
     finally:
-        conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH_VOCAB}")
-        conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH}")
+        conn.close()
 
 
 def _columns(kind: int, value: str) -> tuple[str, str]:
