@@ -2,11 +2,12 @@
 
 Writers only ever append, so the part of the file before its last newline does not
 change while the inode stays the same (memstore cuts back only torn or failed bytes
-after it).  A rewrite therefore scans that part and copies what it keeps into the
-new file without the lock (:func:`prepare`), fsynced, and under the lock only checks
-the inode and the size, scans and copies what was appended meanwhile, and replaces
-the file (:func:`finish`).  When the file was replaced in between (another rewrite,
-a checkout), the whole rewrite is done under the lock, as before.
+after it).  A rewrite therefore scans that part without the lock (:func:`prepare`),
+writing the lines it keeps into the new file from the very blocks it scans, fsynced.
+Under the lock (:func:`finish`) it proves the file still holds every byte that pass
+read (another tool may have saved it in place: :mod:`memstore.kept_copy`), scans and
+copies what was appended meanwhile, and replaces the file.  When the file was
+replaced or edited in between, the whole rewrite is done under the lock.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memstore.errors import StorageError
 from memstore.files import Replacement, last_line_end, open_for_read, storage_error
 from memstore.index.catalog_index import RewritePlan
-from memstore.lines_seen import still_holds
+from memstore.kept_copy import CopySeen, KeptCopy
 from memstore.models import MemoryEntry
 from memstore.rewrite_scan import RemovalScan, scan_for_removal
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 @dataclass
@@ -34,11 +39,26 @@ class Prepared:
     upto: int
     scan: RemovalScan
     replacement: Replacement | None
-    """The new file so far (fsynced), or None when nothing before ``upto`` goes."""
+    """The new file so far, or None when nothing before ``upto`` goes."""
+    seen: CopySeen | None
+    """What the copy was made from, proven again under the lock before it is used."""
+    syncing: Future[None] | None = None
+    """The fsync of ``replacement``, left running while the lock is taken and the copy proven."""
+
+    def settle(self) -> None:
+        """Wait for the fsync of the copy; raise its error."""
+        syncing, self.syncing = self.syncing, None
+        if syncing is not None:
+            syncing.result()
 
     def discard(self) -> None:
-        if self.replacement is not None:
-            self.replacement.discard()
+        try:
+            self.settle()
+        except StorageError:
+            pass  # the copy is thrown away anyway
+        finally:
+            if self.replacement is not None:
+                self.replacement.discard()
 
 
 @dataclass
@@ -49,27 +69,34 @@ class Rewritten:
 
 
 def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
-    """Scan and copy the file up to its last newline; None when there is no file."""
+    """Scan the file up to its last newline, copying what stays as it goes; None when there is no file."""
     fd = open_for_read(path)
     if fd is None:
         return None
+    copy: KeptCopy | None = None
     try:
         try:
             st = os.fstat(fd)
             upto = last_line_end(fd, st.st_size)
-            scan = scan_for_removal(fd, upto, key=key, value=value, prove=True)
+            copy = KeptCopy(fd, 0, lambda: Replacement(path, digest=True))
+            scan = scan_for_removal(fd, upto, key=key, value=value, copy=copy)
+        except StorageError:
+            raise  # the copy's own error says what failed
         except OSError as exc:
             raise storage_error("read", path, exc) from exc
-        replacement = None
-        if scan.removed:
-            replacement = Replacement(path, digest=True)
-            try:
-                replacement.copy(fd, scan.kept)
-                replacement.sync()
-            except BaseException:
-                replacement.discard()
-                raise
-        return Prepared(st.st_dev, st.st_ino, upto, scan, replacement)
+        seen = copy.seen(upto, scan.dropped)
+        replacement = copy.replacement
+        syncing = None
+        if replacement is not None and scan.removed:
+            syncing = _in_background(replacement.sync)  # disk time the proof under the lock hides
+        elif replacement is not None:
+            replacement.discard()  # only blank lines went: nothing to rewrite for
+            replacement = None
+        return Prepared(st.st_dev, st.st_ino, upto, scan, replacement, seen, syncing)
+    except BaseException:
+        if copy is not None and copy.replacement is not None:
+            copy.replacement.discard()
+        raise
     finally:
         os.close(fd)
 
@@ -87,38 +114,41 @@ def finish(
 
     ``before`` runs ahead of the replace (quarantine appends the entries there first).
     """
+    replacement: Replacement | None = None
     try:
-        st = os.fstat(fd)
-        if (
-            prepared is not None
-            and (prepared.dev, prepared.ino) == (st.st_dev, st.st_ino)
-            and st.st_size >= prepared.upto
-            and _unchanged(fd, prepared)
-        ):
-            head, rest = prepared.scan, scan_for_removal(fd, st.st_size, key=key, value=value, start=prepared.upto)
-            replacement = prepared.replacement
-        else:
-            if prepared is not None:
-                prepared.discard()
-            head, rest = RemovalScan(), scan_for_removal(fd, st.st_size, key=key, value=value)
-            replacement = None
-    except StorageError:
-        raise
-    except OSError as exc:
-        raise storage_error("read", path, exc) from exc
-    removed = head.removed + rest.removed
-    if not removed:
-        if replacement is not None:
-            replacement.discard()
-        return None
-    try:
+        try:
+            st = os.fstat(fd)
+            if prepared is not None and _unchanged(fd, st, prepared):
+                prepared.settle()
+                head, replacement = prepared.scan, prepared.replacement
+                prepared.replacement = None  # this call discards it from here on
+                if replacement is not None:
+                    rest = scan_for_removal(
+                        fd, st.st_size, key=key, value=value, start=prepared.upto, copy=KeptCopy.into(fd, replacement)
+                    )
+                else:  # nothing went before ``upto``: what follows is copied only if something goes there
+                    rest = scan_for_removal(fd, st.st_size, key=key, value=value, start=prepared.upto)
+                    if rest.removed:
+                        replacement = Replacement(path, digest=True)
+                        replacement.copy(fd, [*head.kept, *rest.kept])
+            else:
+                if prepared is not None:
+                    prepared.discard()
+                head, copy = RemovalScan(), KeptCopy(fd, 0, lambda: Replacement(path, digest=True))
+                try:
+                    rest = scan_for_removal(fd, st.st_size, key=key, value=value, copy=copy)
+                finally:
+                    replacement = copy.replacement
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise storage_error("read", path, exc) from exc
+        removed = head.removed + rest.removed
+        if not removed or replacement is None:
+            return None
         _still_at_path(path, st)
         if before is not None:
             before(removed)
-        if replacement is None:
-            replacement = Replacement(path, digest=True)
-            replacement.copy(fd, head.kept)
-        replacement.copy(fd, rest.kept)
         replacement.write(rest.tail)
         written = replacement.hasher.pack() if replacement.hasher is not None else b""
         _still_at_path(path, st)
@@ -131,8 +161,20 @@ def finish(
         removed=frozenset(head.removed_starts | rest.removed_starts),
         dropped=tuple(head.dropped + rest.dropped),
         written=written,
+        key=key,
+        value=value,
     )
     return Rewritten(removed, plan, after)
+
+
+def _in_background(step: Callable[[], None]) -> Future[None]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-rewrite-sync")
+    try:
+        return pool.submit(step)
+    finally:
+        pool.shutdown(wait=False)
 
 
 class FileReplacedError(StorageError):
@@ -150,11 +192,15 @@ def _still_at_path(path: Path, st: os.stat_result) -> None:
         raise FileReplacedError(errno.EAGAIN, message)
 
 
-def _unchanged(fd: int, prepared: Prepared) -> bool:
-    """The part copied without the lock is still what the file holds.
+def _unchanged(fd: int, st: os.stat_result, prepared: Prepared) -> bool:
+    """The part scanned and copied without the lock is still what the file holds.
 
     Memstore's writers only append, but another tool may have saved the file in place
     meanwhile (same inode): its edit must not be lost to a copy taken before it.
     """
-    seen = prepared.scan.seen
-    return seen is not None and still_holds(fd, [seen])
+    return (
+        (prepared.dev, prepared.ino) == (st.st_dev, st.st_ino)
+        and st.st_size >= prepared.upto
+        and prepared.seen is not None
+        and prepared.seen.holds(fd)
+    )

@@ -297,6 +297,25 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+WRITEV_PARTS = 1024
+"""Parts per ``writev`` (Linux's IOV_MAX)."""
+
+
+def writev_all(fd: int, parts: Sequence[memoryview]) -> None:
+    """Write every byte of the parts, in order (``os.writev`` may be short)."""
+    pending = [part for part in parts if len(part)]
+    index = 0
+    while index < len(pending):
+        written = os.writev(fd, pending[index : index + WRITEV_PARTS])
+        if written <= 0:
+            raise OSError(errno.EIO, "the file accepted no bytes")
+        while written and written >= len(pending[index]):
+            written -= len(pending[index])
+            index += 1
+        if written:
+            pending[index] = pending[index][written:]
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where an appended line landed: ``[start, end)`` in bytes, and the file size after."""
@@ -472,6 +491,13 @@ class Replacement:
         self._do(lambda: write_all(self.fd, data))
         if self.hasher is not None:
             self.hasher.update(data)
+
+    def write_parts(self, parts: Sequence[memoryview]) -> None:
+        """Write the parts in order, in few system calls (the kept runs of a block a scan read)."""
+        self._do(lambda: writev_all(self.fd, parts))
+        if self.hasher is not None:
+            for part in parts:
+                self.hasher.update(part)
 
     def copy(self, source: int, ranges: Sequence[tuple[int, int]]) -> None:
         self._do(lambda: _copy_ranges(source, self.fd, ranges, self.hasher))

@@ -59,17 +59,6 @@ class LineRecorder:
             self._hash.update(NEWLINE)
         self.stop = end
 
-    def read_range(self, fd: int, start: int, end: int) -> None:
-        """Bytes ``[start, end)`` of ``fd`` read in chunks (a line too long to hold whole)."""
-        pos = start
-        while pos < end:
-            chunk = os.pread(fd, min(PROOF_CHUNK, end - pos), pos)
-            if not chunk:
-                break
-            self._hash.update(chunk)
-            pos += len(chunk)
-        self.stop = pos
-
     def skip(self, start: int, end: int) -> None:
         """A line ``[start, end)`` too long to read: only its extent was seen."""
         self._skipped.append((start, end))

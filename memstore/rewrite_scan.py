@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from memstore import files
 from memstore.files import BLOCK_BYTES, iter_line_blocks
 from memstore.jsonl import BOM, parse_json_bytes
-from memstore.lines_seen import LineRecorder, LinesSeen
+from memstore.kept_copy import KeptCopy
 from memstore.models import MemoryEntry, memory_entry_from_payload
 
 _BLANK_START = frozenset(b" \t\r\x0b\x0c\xef")
@@ -48,8 +48,6 @@ class RemovalScan:
     """``\\n`` when the last kept line had none (every rewrite ends with a newline)."""
     candidates: int = 0
     """Lines the byte prefilter could not rule out (parsed)."""
-    seen: LinesSeen | None = None
-    """With ``prove``: what the scan read, for a later step to check the file still holds it."""
 
     def _keep(self, start: int, end: int) -> None:
         if self.kept and self.kept[-1][1] == start:
@@ -59,34 +57,45 @@ class RemovalScan:
 
 
 def scan_for_removal(
-    fd: int, size: int, *, key: str, value: str, start: int = 0, block: int = BLOCK_BYTES, prove: bool = False
+    fd: int,
+    size: int,
+    *,
+    key: str,
+    value: str,
+    start: int = 0,
+    block: int = BLOCK_BYTES,
+    copy: KeptCopy | None = None,
 ) -> RemovalScan:
     """Scan bytes ``[start, size)`` of an open catalog for entries whose ``key`` field equals ``value``.
 
     Lines that do not parse are kept (they are someone's data), as are lines longer
     than a reader accepts; blank lines are dropped.  ``start`` is the start of a line;
-    ``block`` is the read size.  With ``prove`` the scan records what it read (``seen``).
+    ``block`` is the read size.  With ``copy`` the kept lines are written out from the
+    very bytes scanned, block by block (no second read).
     """
     try:
         needle: bytes | None = value.encode("utf-8")
     except UnicodeEncodeError:
         needle = None  # only a line with escapes can hold a lone surrogate
     scan = RemovalScan()
-    recorder = LineRecorder(start) if prove else None
-    for piece in iter_line_blocks(fd, start=start, stop=size, block=block):
-        if piece.data is None:
-            if recorder is not None:
-                # Kept byte for byte, so its bytes must be proven too, not only where it ends.
-                recorder.read_range(fd, piece.start, piece.start + piece.length)
-            scan._keep(piece.start, piece.start + piece.length)
-            continue
-        if recorder is not None:
-            recorder.read(memoryview(piece.data)[: piece.length], piece.start + piece.length, terminated=False)
-        _scan_block(scan, piece.start, piece.data, piece.length, needle, key, value)
+    scanned = False
+    try:
+        for piece in iter_line_blocks(fd, start=start, stop=size, block=block):
+            if piece.data is None:
+                if copy is not None:
+                    copy.long_line(piece.start, piece.start + piece.length)
+                scan._keep(piece.start, piece.start + piece.length)
+                continue
+            first_drop = len(scan.dropped)
+            _scan_block(scan, piece.start, piece.data, piece.length, needle, key, value)
+            if copy is not None:
+                copy.block(memoryview(piece.data)[: piece.length], piece.start, scan.dropped[first_drop:])
+        scanned = True
+    finally:
+        if copy is not None:
+            copy.wait(check=scanned)  # the copy is complete (or stopped) when the scan returns
     if scan.kept and scan.kept[-1][1] == size and size > start and os.pread(fd, 1, size - 1) != b"\n":
         scan.tail = b"\n"
-    if recorder is not None:
-        scan.seen = recorder.seen()
     return scan
 
 

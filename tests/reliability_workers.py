@@ -177,6 +177,12 @@ class _KillingOS:
             self.die()
         return written
 
+    def writev(self, fd: int, buffers: Any) -> int:
+        if self.armed and fd in self.temp_fds and self.point == "mid_write":
+            os.writev(fd, buffers[: max(1, len(buffers) // 2)])
+            self.die()
+        return os.writev(fd, buffers)
+
     def copy_file_range(self, src: int, dst: int, count: int, *args: Any) -> int:
         if self.armed and dst in self.temp_fds and self.point == "mid_write":
             os.copy_file_range(src, dst, max(1, count // 2), *args)

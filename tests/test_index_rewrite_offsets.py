@@ -98,3 +98,40 @@ def test_the_query_after_a_followed_rewrite_reads_no_prefix(tmp_path: Path, monk
     assert len(catalog.search("entry", limit=100)) == 20
     assert reads == []
     _check(tmp_path, catalog)
+
+
+def test_removed_rows_are_found_by_their_value_and_by_offset_when_that_misses(tmp_path: Path) -> None:
+    """The follow-up finds the removed rows through the value's index; any offset it does not
+    account for sends it to compare every row's offset, so the answer never depends on the hint."""
+    catalog = MemoryCatalog(tmp_path)
+    lines = [_line(i, "gone" if i % 3 == 0 else "keep") for i in range(12)]
+    catalog.path.parent.mkdir(parents=True, exist_ok=True)
+    catalog.path.write_text("".join(line + "\n" for line in lines))
+    assert catalog.search("entry", limit=500)
+    starts = [sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines))]
+    gone = frozenset(start for start, line in zip(starts, lines, strict=True) if '"gone"' in line)
+    conn = sqlite3.connect(f"file:{catalog.directory / 'index' / 'memstore.sqlite3'}?mode=ro", uri=True)
+    try:
+        rows = dict(conn.execute("SELECT off, id FROM pos").fetchall())
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        plan = catalog_index.RewritePlan(
+            before=catalog.path.stat(), removed=gone, dropped=(), key="branch_name", value="gone"
+        )
+        assert catalog_index._rows_removed(conn, plan) == {off: rows[off] for off in gone}
+        assert not any("json_each" in statement for statement in statements)
+        for removed, key, value in [
+            (gone | {starts[1]}, "branch_name", "gone"),  # a line the value does not name
+            (gone - {starts[0]}, "branch_name", "gone"),  # a row with the value not removed
+            (gone, "run_id", "gone"),
+            (gone, "branch_name", "\ud800"),  # no SQLite text
+            (gone, "", ""),
+        ]:
+            statements.clear()
+            plan = catalog_index.RewritePlan(
+                before=catalog.path.stat(), removed=removed, dropped=(), key=key, value=value
+            )
+            assert catalog_index._rows_removed(conn, plan) == {off: rows[off] for off in removed}
+            assert any("json_each" in statement for statement in statements)
+    finally:
+        conn.close()

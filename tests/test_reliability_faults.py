@@ -48,7 +48,7 @@ from memstore.failure_cards import FailureCardStorage
 from memstore.pinned import PinnedFileStorage
 from memstore.team import TeamMemory
 
-FUNCTIONS = ["open", "write", "fsync", "replace", "ftruncate", "copy_file_range"]
+FUNCTIONS = ["open", "write", "writev", "fsync", "replace", "ftruncate", "copy_file_range"]
 ERRNOS = [errno.EIO, errno.ENOSPC, errno.EACCES]
 WATCHED = ["memory.jsonl", "memory-quarantine.jsonl", "failures.json", "pinned.json", "team-memory.md"]
 
@@ -89,6 +89,9 @@ class FaultyOS:
 
     def ftruncate(self, *args: Any, **kwargs: Any) -> None:
         self._call("ftruncate", *args, **kwargs)
+
+    def writev(self, *args: Any, **kwargs: Any) -> int:
+        return int(self._call("writev", *args, **kwargs))
 
     def copy_file_range(self, *args: Any, **kwargs: Any) -> int:
         return int(self._call("copy_file_range", *args, **kwargs))
@@ -359,11 +362,12 @@ class NoKernelCopyOS(FaultyOS):
 
 
 def test_enospc_keeps_its_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rewrite copies through this process (it digests what it writes): a full disk fails its write."""
+    """A rewrite copies through this process (it digests what it writes, gathered in ``writev``):
+    a full disk fails its write."""
     catalog = MemoryCatalog(tmp_path)
     catalog.add("a", branch_name="b")
     catalog.add("kept", branch_name="c")
-    for _ in _faulted(monkeypatch, NoKernelCopyOS("write", 1, errno.ENOSPC, persistent=True)):
+    for _ in _faulted(monkeypatch, NoKernelCopyOS("writev", 1, errno.ENOSPC, persistent=True)):
         with pytest.raises(StorageError) as caught:
             catalog.delete_by_branch("b")
     assert caught.value.errno == errno.ENOSPC

@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 
 import memstore.files
 from memstore import catalog_rewrite
+from memstore.block_digest import PrefixDigest
 from memstore.catalog import MemoryCatalog
 from memstore.files import Replacement, iter_raw_lines, remove_stale_temps, temp_in_use
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.jsonl import decode_entry, is_blank
+from memstore.kept_copy import KeptCopy
 from memstore.models import MemoryEntry
 from memstore.rewrite_scan import RemovalScan, scan_for_removal
 
@@ -125,8 +127,37 @@ def test_the_block_scan_drops_what_the_line_scan_drops(
         assert scan.removed_starts == starts
         assert scan.dropped == dropped
         assert _kept_bytes(fd, scan) == kept
+        assert _copied_while_scanning(fd, len(data), path.with_name("copy.jsonl"), key, value, block) == kept
     finally:
         os.close(fd)
+
+
+def _copied_while_scanning(fd: int, size: int, target: Path, key: str, value: str, block: int) -> bytes:
+    """The new file a scan writes from its own reads (``copy``), checked against its own digest.
+
+    The file is opened at the first block that drops a line; when none does, the digest
+    the copy kept without writing must be that of the bytes it would have written.
+    """
+    with Replacement(target, digest=True) as replacement:
+        copy = KeptCopy(fd, 0, lambda: replacement)
+        scan = scan_for_removal(fd, size, key=key, value=value, block=block, copy=copy)
+        seen = copy.seen(size, scan.dropped)
+        assert seen is not None
+        if copy.replacement is None:
+            assert not scan.dropped
+            assert PrefixDigest.of(fd, size).pack() == seen.kept
+            return os.pread(fd, size, 0) + scan.tail
+        replacement.write(scan.tail)
+        assert replacement.hasher is not None
+        digest = replacement.hasher.pack()
+        replacement.commit()
+    written = target.read_bytes()
+    written_fd = os.open(target, os.O_RDONLY)
+    try:
+        assert PrefixDigest.of(written_fd, len(written)).pack() == digest
+    finally:
+        os.close(written_fd)
+    return written
 
 
 def test_lines_longer_than_a_reader_accepts_are_kept_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,7 +171,10 @@ def test_lines_longer_than_a_reader_accepts_are_kept_unread(tmp_path: Path, monk
         for block in (16, 200, 4096):
             scan = scan_for_removal(fd, len(data), key="branch_name", value=TARGET, block=block)
             assert [entry.memory_id for entry in scan.removed] == ["mnote"]
-            assert _kept_bytes(fd, scan) == b"\n".join([huge, _entry_line("keep"), huge]) + b"\n"
+            expected = b"\n".join([huge, _entry_line("keep"), huge]) + b"\n"
+            assert _kept_bytes(fd, scan) == expected
+            copied = _copied_while_scanning(fd, len(data), tmp_path / "copy.jsonl", "branch_name", TARGET, block)
+            assert copied == expected
     finally:
         os.close(fd)
 

@@ -61,6 +61,9 @@ class RewritePlan:
     dropped: tuple[tuple[int, int], ...]
     written: bytes = b""
     """The block digest of the file the rewrite wrote: the index follows only a file proven to hold it."""
+    key: str = ""
+    value: str = ""
+    """The field and value the removed entries held: where the index looks for their rows first."""
 
 
 @dataclass(slots=True)
@@ -288,21 +291,31 @@ class CatalogIndex(IndexedSource):
             return
         wanted = json.dumps(sorted(set(ids)))
         chosen = "id IN (SELECT value FROM json_each(?))"
-        held = f"SELECT c, t, mc, mt FROM doc WHERE odd = 0 AND {chosen}"
-        terms: vocabulary.TermCounts
-        if len(ids) >= COUNTED_IN_FTS5:
-            terms = vocabulary.rows_counted(conn, held, (wanted,))
-        else:  # a catch-up's re-read tail: not worth a scratch table
-            terms = Counter()
-            for content, tags, content_marks, tag_marks in conn.execute(held, (wanted,)):
+        held = conn.execute(f"SELECT c, t, mc, mt FROM doc WHERE odd = 0 AND {chosen}", (wanted,)).fetchall()
+
+        def delete() -> None:
+            conn.execute(
+                f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
+                f" WHERE {chosen} ORDER BY id",
+                (wanted,),
+            )
+            conn.execute(f"DELETE FROM doc WHERE {chosen}", (wanted,))
+            conn.execute(f"DELETE FROM pos WHERE {chosen}", (wanted,))
+
+        terms: vocabulary.TermCounts = Counter()
+        if len(ids) < COUNTED_IN_FTS5:  # a catch-up's re-read tail: not worth a scratch table
+            for content, tags, content_marks, tag_marks in held:
                 vocabulary.row_terms(terms, content, tags, content_marks, tag_marks)
-        conn.execute(
-            f"INSERT INTO doc_fts(doc_fts, rowid, c, t, mc, mt) SELECT 'delete', id, c, t, mc, mt FROM doc"
-            f" WHERE {chosen} ORDER BY id",
-            (wanted,),
-        )
-        conn.execute(f"DELETE FROM doc WHERE {chosen}", (wanted,))
-        conn.execute(f"DELETE FROM pos WHERE {chosen}", (wanted,))
+            delete()
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # Counted by FTS5 in a scratch database of their own, on a second thread, while
+            # this connection deletes them.
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-vocabulary-count") as counting:
+                counted = counting.submit(vocabulary.values_counted, held)
+                delete()
+                terms = counted.result()
         # Once for all the rows: a common term is counted down in one UPDATE.
         vocabulary.remove(conn, terms)
 
@@ -507,36 +520,38 @@ class CatalogIndex(IndexedSource):
             != (before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns, before.st_ctime_ns)
         ):
             return False
-        removed_at = dict(
-            conn.execute(
-                "SELECT off, id FROM pos WHERE off IN (SELECT value FROM json_each(?))",
-                (json.dumps(sorted(plan.removed)),),
-            ).fetchall()
-        )
+        removed_at = _rows_removed(conn, plan)
         if len(removed_at) != len(plan.removed):
             return False
         removed = sorted(removed_at.values())
+        from concurrent.futures import ThreadPoolExecutor
+
         # The lock was released after the replace: the file must be proven to hold what the
         # rewrite wrote (another tool may have saved it in place since).  Lines appended
-        # since are left for the next catch-up, as any append is.
-        rewritten = SourceState.of_file(
-            SOURCE_NAME,
-            fd,
-            # The rename changed the file's ctime after ``after`` was taken: when nothing was
-            # appended since, record the file as it is now, or the next query digests it again.
-            st if st.st_size == after.st_size else after,
-            indexed_to=after.st_size,
-            tail_end=None,
-            rows=state.rows - len(removed),
-            corrupt=state.corrupt,
-            blank=0,
-            expected=plan.written,
-            chain=self.append_chain(),
-        )
+        # since are left for the next catch-up, as any append is.  The proof reads and
+        # digests the file on a second thread while SQLite deletes and shifts rows (both
+        # release the GIL); a failed proof rolls the rows back.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-rewrite-proof") as proving:
+            proof = proving.submit(
+                SourceState.of_file,
+                SOURCE_NAME,
+                fd,
+                # The rename changed the file's ctime after ``after`` was taken: when nothing was
+                # appended since, record the file as it is now, or the next query digests it again.
+                st if st.st_size == after.st_size else after,
+                indexed_to=after.st_size,
+                tail_end=None,
+                rows=state.rows - len(removed),
+                corrupt=state.corrupt,
+                blank=0,
+                expected=plan.written,
+                chain=self.append_chain(),
+            )
+            self._delete_rows(conn, removed)
+            _shift_offsets(conn, plan.dropped, removed_at)
+            rewritten = proof.result()
         if rewritten is None:
             return False
-        self._delete_rows(conn, removed)
-        _shift_offsets(conn, plan.dropped, removed_at)
         rewritten.save(conn)
         return True
 
@@ -600,6 +615,34 @@ class CatalogIndex(IndexedSource):
             f" fts check {'ok' if fts_ok else 'failed'}; the next reindex rebuilds it"
         )
         return CheckResult(equal, summary, indexed=indexed, scanned=len(scanned.entries))
+
+
+KEY_COLUMNS = {"branch_name": "br", "run_id": "run"}
+"""The doc column (indexed) holding each field a rewrite removes by."""
+
+
+def _rows_removed(conn: sqlite3.Connection, plan: RewritePlan) -> dict[int, int]:
+    """Offset -> row id of the rows at the removed lines' offsets.
+
+    The rows holding the removed value are found by its index (a rewrite removes exactly
+    those, usually); only when their offsets are not exactly the removed ones is every
+    row's offset compared (pos has no index on offsets).
+    """
+    column = KEY_COLUMNS.get(plan.key)
+    if column is not None and encodable(plan.value):
+        held = dict(
+            conn.execute(
+                f"SELECT pos.off, pos.id FROM doc JOIN pos ON pos.id = doc.id WHERE doc.{column} = ?", (plan.value,)
+            ).fetchall()
+        )
+        if held.keys() == plan.removed:
+            return held
+    return dict(
+        conn.execute(
+            "SELECT off, id FROM pos WHERE off IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted(plan.removed)),),
+        ).fetchall()
+    )
 
 
 SPARSE_DROPS = 64

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from memstore.index.terms import CONTENT, CONTENT_MARKS, TAG_MARKS, TAGS, gram_text, text_terms
 
@@ -48,32 +48,33 @@ SCRATCH_HASHSIZE = 256 * 1024 * 1024
 _SCRATCH_VOCAB = "memstore_counted_vocab"
 
 
-def rows_counted(conn: sqlite3.Connection, select: str, params: tuple[object, ...]) -> TermCounts:
-    """The counts of the rows ``select`` yields (c, t, mc, mt), as FTS5's own tokenizer files them.
+def values_counted(rows: Sequence[tuple[str, str, str, str]]) -> TermCounts:
+    """The counts of rows (c, t, mc, mt) as FTS5's own tokenizer files them.
 
     The rows go into a scratch FTS5 table with doc_fts's tokenizer and detail; its
     ``col`` vocabulary is then what they hold in doc_fts (each term once per row and
     column), counted in C: about twice as fast as :func:`row_terms` over each row.
+    The scratch table lives in a private in-memory database that shares nothing with
+    the index's connection, so it counts on another thread while that connection
+    deletes the rows (sqlite3 releases the GIL in both).
     """
-    conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH_VOCAB}")
-    conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH}")
-    conn.execute(
-        f"CREATE VIRTUAL TABLE temp.{_SCRATCH} USING fts5(c, t, mc, mt, tokenize='ascii', detail=column, columnsize=0)"
-    )
+    conn = sqlite3.connect(":memory:", isolation_level=None)
     try:
-        # Held in memory until the table is read: FTS5 writes no segment to merge.
-        conn.execute(f"INSERT INTO temp.{_SCRATCH}({_SCRATCH}, rank) VALUES ('hashsize', ?)", (SCRATCH_HASHSIZE,))
-        conn.execute(f"INSERT INTO temp.{_SCRATCH}(c, t, mc, mt) {select}", params)
-        conn.execute(f"CREATE VIRTUAL TABLE temp.{_SCRATCH_VOCAB} USING fts5vocab(temp, {_SCRATCH}, 'col')")
+        conn.execute("BEGIN")  # one transaction: FTS5 holds every row until the table is read
+        conn.execute(
+            f"CREATE VIRTUAL TABLE {_SCRATCH} USING fts5(c, t, mc, mt, tokenize='ascii', detail=column, columnsize=0)"
+        )
+        conn.execute(f"INSERT INTO {_SCRATCH}({_SCRATCH}, rank) VALUES ('hashsize', ?)", (SCRATCH_HASHSIZE,))
+        conn.executemany(f"INSERT INTO {_SCRATCH}(c, t, mc, mt) VALUES (?, ?, ?, ?)", rows)
+        conn.execute(f"CREATE VIRTUAL TABLE {_SCRATCH_VOCAB} USING fts5vocab({_SCRATCH}, 'col')")
         return Counter(
             {
                 (COLUMN_KINDS[column], term): n
-                for term, column, n in conn.execute(f"SELECT term, col, doc FROM temp.{_SCRATCH_VOCAB}")
+                for term, column, n in conn.execute(f"SELECT term, col, doc FROM {_SCRATCH_VOCAB}")
             }
         )
     finally:
-        conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH_VOCAB}")
-        conn.execute(f"DROP TABLE IF EXISTS temp.{_SCRATCH}")
+        conn.close()
 
 
 def _columns(kind: int, value: str) -> tuple[str, str]:
