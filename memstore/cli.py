@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import sys
 import time
@@ -28,6 +27,7 @@ from memstore import __version__, reports
 from memstore import cli_output as out
 from memstore.errors import MemstoreError, describe
 from memstore.files import MAX_LINE_BYTES
+from memstore.logger import when_loaded
 from memstore.workspace import open_catalog, workspace_root
 
 if TYPE_CHECKING:
@@ -1508,6 +1508,7 @@ def watch_command(env: Env, debounce_ms: int) -> None:
 
     Runs until Ctrl-C or SIGTERM.
     """
+    import logging
     import signal
 
     from memstore.watch_loop import IndexWatch
@@ -1567,19 +1568,25 @@ def mcp_command(ctx: click.Context, root: Path | None, allow_destructive: bool) 
 # ----------------------------------------------------------------------------- entry point
 
 
-class _StderrFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
-
-
 def _configure_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             with contextlib.suppress(ValueError, OSError):
                 reconfigure(errors="backslashreplace")
+    when_loaded(_log_to_stderr)  # a command that logs nothing never imports logging
+
+
+def _log_to_stderr() -> None:
+    """Library warnings (an index answered by a scan) go to stderr as ``memstore: warning: ...``."""
+    import logging
+
+    class StderrFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_StderrFormatter())
+    handler.setFormatter(StderrFormatter())
     logger = logging.getLogger("memstore")
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING)

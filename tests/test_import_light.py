@@ -121,6 +121,10 @@ NOT_ON_THE_READ_PATH = (
     "memstore.index.report",  # built by a catch-up, refresh or status, never by a current index's read
     "memstore.group_commit",  # made by a catalog's first write
     "memstore.sync_record",
+    "logging",  # memstore.logger: imported with the first message, and a current index's search logs none
+    "orjson",  # memstore.jsonl: after STDLIB_FIRST_LINES lines; it brings uuid, platform and dataclasses
+    "uuid",  # memstore.models: only a write makes a new id
+    "platform",  # uuid's
 )
 """What a process that only searches a current index never needs: schema tooling, the CLI,
 the team driver, and the rewrite, explain and report code."""
@@ -170,7 +174,8 @@ def test_the_search_command_loads_only_the_read_path_and_click(tmp_path: Path) -
     non-ASCII content in the last column."""
     _store_with_an_index(tmp_path)
     # The command itself needs click, its reports, and the URL parser (for $MEMSTORE_INDEX_URL).
-    needed = ("click", "memstore.reports", "memstore.index_url")
+    # click.types imports uuid (and so platform) for its UUID parameter type.
+    needed = ("click", "memstore.reports", "memstore.index_url", "uuid", "platform")
     unwanted = tuple(name for name in NOT_ON_THE_READ_PATH if name not in needed)
     code = CLI_PROBE.format(unwanted=unwanted)
     result = subprocess.run(

@@ -11,7 +11,6 @@ runs, so the rows never depend on where they were parsed.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,9 +22,10 @@ from memstore.index.sqltext import encodable, sql_safe
 from memstore.index.terms import has_long_run, marks_text
 from memstore.jsonl import decode_entry, is_blank
 from memstore.lines_seen import LineRecorder, LinesSeen
+from memstore.logger import LazyLogger
 from memstore.models import MemoryEntry, tag_bonus
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 RANGE_BYTES = 8 * 1024 * 1024
 """Bytes a worker parses per task: large enough to amortise the hand-over, small enough to stream."""
