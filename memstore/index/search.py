@@ -40,8 +40,7 @@ import heapq
 from collections import Counter
 from collections.abc import Generator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from memstore.index.db import IndexBusyError
 from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet, piece_parts, token_marks
@@ -105,8 +104,7 @@ MAX_SQL_TOKENS = 2000
 """Distinct tokens one search binds (two parameters each, within SQLite's variable limit)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(NamedTuple):
     """A scored row: ``sort_key`` orders hits exactly as the spec does."""
 
     score: int
@@ -160,21 +158,18 @@ class TopK:
 # ---------------------------------------------------------------- word-index expressions
 
 
-@dataclass(frozen=True, slots=True)
-class Has:
+class Has(NamedTuple):
     """Rows with at least one of ``terms`` in the column ``kind`` (CONTENT or TAGS)."""
 
     kind: int
     terms: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class AllOf:
+class AllOf(NamedTuple):
     parts: tuple[Match, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class AnyOf:
+class AnyOf(NamedTuple):
     parts: tuple[Match, ...]
 
 
@@ -182,8 +177,7 @@ Match = Has | AllOf | AnyOf
 """A set of rows the word index can produce: backends compile it to their own SQL."""
 
 
-@dataclass(frozen=True, slots=True)
-class Fetched:
+class Fetched(NamedTuple):
     """The rows of a word-index set, fetched once: scoring them then costs a read of each row,
     where scoring the expression would evaluate it in the word index a second time."""
 
@@ -206,8 +200,7 @@ def any_of(parts: Sequence[Match]) -> Match:
     return parts[0] if len(parts) == 1 else AnyOf(tuple(parts))
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
+class Column(NamedTuple):
     """What the word index knows about one token in one column.
 
     ``match`` holds every row holding the token in this column (None: unknown, the column
@@ -224,8 +217,7 @@ UNKNOWN = Column(None, 0)
 IMPOSSIBLE = Column(None, 0, impossible=True)
 
 
-@dataclass(frozen=True, slots=True)
-class TokenTerms:
+class TokenTerms(NamedTuple):
     """A query token (with how often it was given) and its word-index columns."""
 
     token: str
