@@ -222,3 +222,22 @@ def test_a_search_makes_only_the_public_dataclasses(tmp_path: Path) -> None:
     )
     made = json.loads(result.stdout.strip().splitlines()[-1])
     assert made == ["memstore.catalog.QuarantinedEntry", "memstore.models.MemoryEntry"]
+
+
+def test_every_command_shares_one_root_path_type() -> None:
+    """Each click.Path asks gettext for its name, which stats the locale folders: one shared
+    instance instead of one per command (~1.9 ms of every CLI run)."""
+    import click
+
+    from memstore.cli import cli
+
+    def commands(group: click.Group) -> list[click.Command]:
+        found: list[click.Command] = []
+        for command in group.commands.values():
+            found.append(command)
+            if isinstance(command, click.Group):
+                found += commands(command)
+        return found
+
+    types = [param.type for command in commands(cli) for param in command.params if param.name == "root"]
+    assert len(types) > 20 and len({id(kind) for kind in types}) == 1
