@@ -17,9 +17,8 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
@@ -56,8 +55,7 @@ class Refused(Exception):
     """Something asked for was not found or was refused: exit 1 with this one-line message."""
 
 
-@dataclass(frozen=True)
-class Env:
+class Env(NamedTuple):
     """The options every command shares, resolved (subcommand first, then its groups, then defaults)."""
 
     root: Path

@@ -199,6 +199,22 @@ def test_the_read_path_digests_are_hashlibs_own() -> None:
     assert running.digest() == hashlib.sha256(data).digest()
 
 
+DATACLASS_CLI_PROBE = """
+import dataclasses, json, sys
+made = []
+process = dataclasses._process_class
+def record(cls, *args, **kwargs):
+    made.append(f"{{cls.__module__}}.{{cls.__qualname__}}")
+    return process(cls, *args, **kwargs)
+dataclasses._process_class = record
+from memstore.cli import main
+try:
+    main(["search", "alpha", "--root", sys.argv[1]])
+except SystemExit:
+    pass
+print(json.dumps(sorted(made)))
+"""
+
 DATACLASS_PROBE = """
 import dataclasses, json, sys
 made = []
@@ -213,6 +229,9 @@ print(json.dumps(sorted(made)))
 """
 
 
+REPORTS = ("HealthReport", "MaintenancePreview", "WorkspaceReindex", "WorkspaceStatus")
+
+
 def test_a_search_makes_only_the_public_dataclasses(tmp_path: Path) -> None:
     """Python 3.11 compiles each dataclass's methods when its module loads (0.3-0.8 ms a class,
     15 ms over the read path before): its records are NamedTuples or plain classes instead."""
@@ -222,6 +241,17 @@ def test_a_search_makes_only_the_public_dataclasses(tmp_path: Path) -> None:
     )
     made = json.loads(result.stdout.strip().splitlines()[-1])
     assert made == ["memstore.catalog.QuarantinedEntry", "memstore.models.MemoryEntry"]
+    # The search command adds the reports it builds (public report types) and the URL record.
+    result = subprocess.run(
+        [sys.executable, "-c", DATACLASS_CLI_PROBE.format(), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    made = json.loads(result.stdout.strip().splitlines()[-1])
+    public = {"memstore.catalog.QuarantinedEntry", "memstore.models.MemoryEntry", "memstore.index_url.IndexUrl"}
+    assert set(made) - public == {f"memstore.reports.{name}" for name in REPORTS}
 
 
 def test_every_command_shares_one_root_path_type() -> None:
