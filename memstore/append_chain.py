@@ -31,8 +31,8 @@ import errno
 import os
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from memstore.errors import StorageError
 from memstore.files import open_regular, still_own_file
@@ -58,8 +58,7 @@ def _nonce() -> int:
     return (int.from_bytes(os.urandom(8), "little") >> 1) | 1
 
 
-@dataclass(frozen=True, slots=True)
-class AppendChain:
+class AppendChain(NamedTuple):
     dev: int
     ino: int
     nonce: int

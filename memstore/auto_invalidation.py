@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,8 +28,9 @@ from memstore.checks import non_empty_str, require_bool, require_str, str_list, 
 from memstore.errors import InvalidArgumentError
 from memstore.file_signatures import UNKNOWN, SignatureCache, Unknown
 from memstore.files import read_regular_file
+from memstore.logger import LazyLogger
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 Record = dict[str, Any]
 

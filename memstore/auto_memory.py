@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 from collections.abc import Sequence
@@ -45,10 +44,11 @@ from pathlib import Path
 
 from memstore.checks import check_limit
 from memstore.files import open_regular, read_capped
+from memstore.logger import LazyLogger
 from memstore.models import MemoryEntry, query_tokens
 from memstore.scan import ScannedEntry, ScanResult, scan_search
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 AUTO_MEMORY_TAG = "auto-memory"
 STARTUP_LINE_BUDGET = 200

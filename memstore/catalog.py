@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
-import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -49,6 +48,7 @@ from memstore.index.db import IndexFile
 from memstore.index_policy import IndexPolicy
 from memstore.jsonl import encode_entries, encode_entry, is_blank, is_json, parse_json_bytes
 from memstore.layout import CATALOG_FILE, CATALOG_LOCK, QUARANTINE_FILE, ensure_store, store_dir
+from memstore.logger import LazyLogger
 from memstore.models import MemoryEntry, new_memory_id, query_tokens, utc_now_iso
 from memstore.scan import ScanCache, ScannedEntry, ScanResult, scan_list, scan_search, scan_show
 from memstore.shared_index import CatalogReads, catalog_policy, check_index_url, check_name
@@ -67,7 +67,7 @@ T = TypeVar("T")
 REWRITE_ATTEMPTS = 3
 """Tries of a rewrite when another tool keeps replacing the file under it."""
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 
 @dataclass(frozen=True)

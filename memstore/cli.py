@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
@@ -28,6 +26,7 @@ from memstore import __version__, reports
 from memstore import cli_output as out
 from memstore.errors import MemstoreError, describe
 from memstore.files import MAX_LINE_BYTES
+from memstore.logger import when_loaded
 from memstore.workspace import open_catalog, workspace_root
 
 if TYPE_CHECKING:
@@ -56,8 +55,7 @@ class Refused(Exception):
     """Something asked for was not found or was refused: exit 1 with this one-line message."""
 
 
-@dataclass(frozen=True)
-class Env:
+class Env(NamedTuple):
     """The options every command shares, resolved (subcommand first, then its groups, then defaults)."""
 
     root: Path
@@ -301,10 +299,15 @@ _JSON_HELP = "Print one JSON document on stdout instead of human-readable text (
 _FORMAT_HELP = "Output format: an aligned table (default), one JSON document, JSON lines, or CSV."
 
 
+_ROOT_TYPE = click.Path(file_okay=False, path_type=Path)
+"""One instance for every command's --root: each click.Path looks its name up through gettext,
+which stats the locale folders (~40 us a command, on every run of the CLI)."""
+
+
 def _root_option() -> Callable[[F], F]:
     return click.option(
         "--root",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=_ROOT_TYPE,
         default=None,
         metavar="PATH",
         help=_ROOT_HELP,
@@ -1508,6 +1511,7 @@ def watch_command(env: Env, debounce_ms: int) -> None:
 
     Runs until Ctrl-C or SIGTERM.
     """
+    import logging
     import signal
 
     from memstore.watch_loop import IndexWatch
@@ -1567,19 +1571,25 @@ def mcp_command(ctx: click.Context, root: Path | None, allow_destructive: bool) 
 # ----------------------------------------------------------------------------- entry point
 
 
-class _StderrFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
-
-
 def _configure_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             with contextlib.suppress(ValueError, OSError):
                 reconfigure(errors="backslashreplace")
+    when_loaded(_log_to_stderr)  # a command that logs nothing never imports logging
+
+
+def _log_to_stderr() -> None:
+    """Library warnings (an index answered by a scan) go to stderr as ``memstore: warning: ...``."""
+    import logging
+
+    class StderrFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_StderrFormatter())
+    handler.setFormatter(StderrFormatter())
     logger = logging.getLogger("memstore")
     logger.handlers[:] = [handler]
     logger.setLevel(logging.WARNING)

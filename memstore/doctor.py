@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
 import sys
 import time
@@ -50,10 +49,11 @@ from memstore.layout import (
     has_store,
     store_dir,
 )
+from memstore.logger import LazyLogger
 from memstore.merge_json import merge_arrays, record_key
 from memstore.models import memory_entry_from_payload
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 MARKERS = (b"<<<<<<< ", b"||||||| ", b">>>>>>> ")
 SEPARATOR = b"======="

@@ -7,15 +7,14 @@ directly and the index translates it into SQL, and the two must agree exactly.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from memstore.checks import optional_str
 from memstore.errors import InvalidArgumentError
 from memstore.models import MemoryEntry, tag_values
 
 
-@dataclass(frozen=True, slots=True)
-class EntryFilter:
+class EntryFilter(NamedTuple):
     """Every tag must be among the entry's tags; branch and run, when given, must be equal."""
 
     tags: tuple[str, ...] = ()

@@ -10,7 +10,6 @@ every rewrite, and an object that is not a valid card is kept but never returned
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -26,12 +25,13 @@ from memstore.index.report import IndexOff, IndexState, RefreshReport
 from memstore.index_policy import IndexPolicy
 from memstore.json_array import JsonArrayFile, parse_array
 from memstore.layout import CONFIG_FILE, FAILURES_FILE, FAILURES_LOCK, ensure_memory_dir, store_dir
+from memstore.logger import LazyLogger
 from memstore.shared_index import cards_policy, check_index_url, check_name
 
 if TYPE_CHECKING:
     from memstore.index.pg.store_cards import PgCardIndex
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 Record = dict[str, Any]
 T = TypeVar("T")

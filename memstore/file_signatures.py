@@ -10,14 +10,14 @@ a device, a directory or a larger file is UNKNOWN, and opening never waits.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 from memstore.files import READ_CHUNK, open_regular, storage_error
+from memstore.logger import LazyLogger
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 DEPENDENCY_MANIFESTS = frozenset(
     {

@@ -16,10 +16,9 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from memstore.block_digest import PrefixDigest
 from memstore.errors import LockError, NotRegularFileError, StorageError
@@ -316,8 +315,7 @@ def writev_all(fd: int, parts: Sequence[memoryview]) -> None:
             pending[index] = pending[index][written:]
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     """Where an appended line landed: ``[start, end)`` in bytes, and the file size after."""
 
     start: int
@@ -606,8 +604,7 @@ def remove_stale_temps(path: Path) -> int:
     return removed
 
 
-@dataclass(frozen=True, slots=True)
-class RawLine:
+class RawLine(NamedTuple):
     """One line of a file: its bytes without the newline and where it sits.
 
     ``data`` is ``None`` for a line longer than MAX_LINE_BYTES, which is skipped.
@@ -681,8 +678,7 @@ def _line_bytes(fd: int, start: int, stop: int, chunk: bytes, chunk_pos: int) ->
 BLOCK_BYTES = 8 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class LineBlock:
+class LineBlock(NamedTuple):
     """Whole lines of a file in one piece: ``data[:length]`` holds bytes ``[start, start + length)``.
 
     Every line there ends with ``\n`` except, in the last block, an unterminated final

@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import logging
 import os
 import stat
 from collections.abc import Callable
@@ -68,9 +67,10 @@ from memstore.files import (
     torn_tail_start,
     write_all,
 )
+from memstore.logger import LazyLogger
 from memstore.sync_record import NEVER, RECORD_BYTES, SyncRecord, Verdict
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 IDLE_DESCRIPTORS = 4
 """Descriptor pairs a group keeps for later appends: one per thread appending at once, up to this."""

@@ -13,7 +13,6 @@ the personal tier is skipped (or read-only) with a warning.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,9 +28,10 @@ from memstore.auto_memory import (
 from memstore.catalog import MemoryCatalog
 from memstore.checks import check_limit, check_readonly, optional_str
 from memstore.errors import StorageError
+from memstore.logger import LazyLogger
 from memstore.models import MemoryEntry, query_tokens
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 PERSONAL_DIR_PARTS = (".config", "teaagent")
 AUTO_MEMORY_PARTS = (".claude", "MEMORY.md")

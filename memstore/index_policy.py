@@ -16,7 +16,6 @@ The scan gives the same answers, so this decides speed, never results.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,8 +23,9 @@ from typing import Generic, TypeVar
 
 from memstore.errors import IndexUnavailableError
 from memstore.index.db import IndexBusyError
+from memstore.logger import LazyLogger
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 IndexT = TypeVar("IndexT")
 T = TypeVar("T")

@@ -16,7 +16,6 @@ it can neither keep a copy of what it could not read nor replace a link.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -25,8 +24,9 @@ from typing import Any, TypeVar
 
 from memstore.errors import StorageError
 from memstore.files import MAX_JSON_FILE_BYTES, FileLock, atomic_write, read_regular_file
+from memstore.logger import LazyLogger
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 T = TypeVar("T")
 

@@ -25,20 +25,47 @@ MAX_EXTRA_DEPTH = 64
 reader parses (orjson stops at 1024 levels, the stdlib at its recursion limit), so an
 acknowledged line is always readable."""
 
-_orjson: Any
-try:  # pragma: no cover - exercised by both CI variants
-    import orjson as _orjson
-except ImportError:  # pragma: no cover
-    _orjson = None
+STDLIB_FIRST_LINES = 64
+"""Lines a process parses with the stdlib before it imports orjson.
+
+Importing orjson loads uuid, platform, dataclasses and inspect (~4 ms), more than the
+stdlib takes for the few lines a search answers with; a scan or a build passes this
+count at once and runs on orjson from there.  Either parser gives the same payloads.
+"""
+
+_orjson: Any = None
+"""The orjson module once loaded; None before that; False when it is not installed."""
+_stdlib_lines = 0
+
+
+def load_orjson() -> Any:
+    """Import orjson now (False when it is not installed); parsing uses it from here on."""
+    global _orjson
+    if _orjson is None:
+        try:  # pragma: no cover - exercised by both CI variants
+            import orjson
+        except ImportError:  # pragma: no cover
+            _orjson = False
+        else:
+            _orjson = orjson
+    return _orjson
+
+
+def _fast_parser() -> Any:
+    """orjson once STDLIB_FIRST_LINES lines were parsed without it, else None (or False)."""
+    global _stdlib_lines
+    _stdlib_lines += 1
+    return load_orjson() if _stdlib_lines > STDLIB_FIRST_LINES else None
 
 
 def parse_json_bytes(data: bytes) -> Any:
     """Parse one line as ``json.loads(data.decode('utf-8-sig'))`` would; raise ValueError if invalid."""
     if data.startswith(BOM):
         data = data[len(BOM) :]
-    if _orjson is not None:
+    fast = _orjson if _orjson is not None else _fast_parser()
+    if fast:
         try:
-            return _orjson.loads(data)
+            return fast.loads(data)
         except ValueError:
             pass
     try:

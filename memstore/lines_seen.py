@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from memstore.digests import sha256
 
@@ -24,8 +23,7 @@ PROOF_CHUNK = 1024 * 1024
 NEWLINE = b"\n"
 
 
-@dataclass(frozen=True, slots=True)
-class LinesSeen:
+class LinesSeen(NamedTuple):
     """What a line reader saw of bytes ``[start, stop)`` of a file (picklable: workers return it)."""
 
     start: int
@@ -40,17 +38,16 @@ class LinesSeen:
         return cls(start, start + len(data), sha256(data).digest())
 
 
-@dataclass(slots=True)
 class LineRecorder:
     """Collects what a reader sees, line by line, into a :class:`LinesSeen`."""
 
-    start: int
-    stop: int = -1
-    _hash: Hasher = field(default_factory=sha256)
-    _skipped: list[tuple[int, int]] = field(default_factory=list)
+    __slots__ = ("_hash", "_skipped", "start", "stop")
 
-    def __post_init__(self) -> None:
-        self.stop = self.start
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.stop = start
+        self._hash: Hasher = sha256()
+        self._skipped: list[tuple[int, int]] = []
 
     def read(self, data: bytes | memoryview, end: int, *, terminated: bool) -> None:
         """A line read, ending at ``end`` (``data`` without its newline when ``terminated``)."""

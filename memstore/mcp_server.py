@@ -28,6 +28,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from memstore import __version__, reports
+from memstore.logger import when_loaded
 from memstore.mcp_tools import ToolError, ToolSpec, available_tools, call_tool, one_line
 from memstore.workspace import Workspace
 
@@ -193,7 +194,7 @@ class MemstoreMCP:
 
 def serve(root: Path, *, allow_destructive: bool = False) -> None:
     """Serve the workspace at ``root`` over stdin/stdout until the client closes stdin."""
-    _log_to_stderr()
+    when_loaded(_log_to_stderr)  # replaces the CLI's setup if that has not run yet
     anyio.run(MemstoreMCP(root, allow_destructive=allow_destructive).serve_stdio)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from memstore.checks import non_empty_str, optional_str, require_str, str_items
@@ -38,6 +37,8 @@ def tag_values(tags: Iterable[str]) -> list[str]:
 
 def utc_now_iso() -> str:
     """The timestamp format of existing files: ``datetime.now(timezone.utc).isoformat()``."""
+    from datetime import UTC, datetime  # only a write stamps a time; a search never loads datetime
+
     return datetime.now(UTC).isoformat()
 
 

@@ -31,7 +31,6 @@ stored ``file_path`` is always exactly the string that was pinned (invariant 6).
 
 from __future__ import annotations
 
-import logging
 import os
 import posixpath
 import re
@@ -45,8 +44,9 @@ from memstore.checks import check_finite_number, require_mapping, require_path, 
 from memstore.errors import InvalidArgumentError
 from memstore.json_array import JsonArrayFile
 from memstore.layout import PINNED_FILE, PINNED_LOCK, ensure_memory_dir, memory_dir
+from memstore.logger import LazyLogger
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SecretRule:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from memstore.entry_filter import NO_FILTER, EntryFilter
 from memstore.files import RACY_WINDOW_NS, iter_raw_lines, open_for_read
@@ -18,16 +18,14 @@ from memstore.jsonl import decode_entry, is_blank
 from memstore.models import MemoryEntry, memory_relevance_score, rank_matches
 
 
-@dataclass(frozen=True, slots=True)
-class ScannedEntry:
+class ScannedEntry(NamedTuple):
     """An entry with its position: ``order`` is its line's start offset (file order)."""
 
     order: int
     entry: MemoryEntry
 
 
-@dataclass(frozen=True, slots=True)
-class ScanResult:
+class ScanResult(NamedTuple):
     entries: tuple[ScannedEntry, ...]
     corrupt: int
     blank: int

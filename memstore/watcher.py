@@ -26,7 +26,6 @@ watchdog is imported when a FileWatcher is constructed, never by ``import memsto
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -37,8 +36,9 @@ from typing import Any
 
 from memstore.checks import check_limit, iterable_list, require_path, wrong_type
 from memstore.errors import InvalidArgumentError
+from memstore.logger import LazyLogger
 
-logger = logging.getLogger(__name__)
+logger = LazyLogger(__name__)
 
 MODIFIED = "modified"
 DELETED = "deleted"

@@ -79,8 +79,7 @@ def recorded(opened: Opened, *, settled: bool = True) -> SourceState:
     st = opened.stat()
     state = SourceState.of_file(NAME, opened.fd, st, indexed_to=st.st_size, tail_end=None, rows=50, corrupt=0, blank=0)
     if settled:
-        fields = {name: getattr(state, name) for name in SourceState.__dataclass_fields__}
-        state = SourceState(**{**fields, "recorded_ns": st.st_mtime_ns + 10**12})
+        state = state._replace(recorded_ns=st.st_mtime_ns + 10**12)
     return state
 
 

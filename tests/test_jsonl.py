@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -41,8 +43,8 @@ def same(left: Any, right: Any) -> bool:
 def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test runs with the orjson fast path (when installed) and without it."""
     if request.param == "stdlib":
-        monkeypatch.setattr(jsonl, "_orjson", None)
-    elif jsonl._orjson is None:
+        monkeypatch.setattr(jsonl, "_orjson", False)
+    elif not jsonl.load_orjson():
         pytest.skip("orjson is not installed")
     return str(request.param)
 
@@ -134,3 +136,25 @@ def test_a_shared_value_is_not_mistaken_for_a_circle() -> None:
     shared = {"k": 1}
     line = encode_entry(entry, provenance={"one": shared, "two": [shared, shared]})
     assert json.loads(line)["provenance"] == {"one": {"k": 1}, "two": [{"k": 1}, {"k": 1}]}
+
+
+ORJSON_PROBE = """
+import sys
+from memstore import jsonl
+line = b'{"memory_id": "a", "content": "x", "created_at": "2025-01-01T00:00:00+00:00"}'
+for _ in range(jsonl.STDLIB_FIRST_LINES):
+    jsonl.parse_json_bytes(line)
+print("orjson" in sys.modules)
+jsonl.parse_json_bytes(line)
+print("orjson" in sys.modules)
+"""
+
+
+def test_orjson_loads_only_once_a_process_parses_more_than_a_search_needs() -> None:
+    """A search decodes at most its limit of lines: importing orjson (uuid, platform, dataclasses)
+    would cost it more than the stdlib parse; a scan or build switches to orjson at once."""
+    if not jsonl.load_orjson():
+        pytest.skip("orjson is not installed")
+    probe = [sys.executable, "-c", ORJSON_PROBE]
+    result = subprocess.run(probe, capture_output=True, text=True, check=True, timeout=120)
+    assert result.stdout.split() == ["False", "True"]

@@ -8,7 +8,9 @@ stays the scan's.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from memstore.catalog import MemoryCatalog
 from memstore.index import search
 from memstore.index.search import WalkInterrupted
 from memstore.index.sqlite_search import SqliteSearch
+from memstore.index.terms import CONTENT
 
 STAMPS = ["2026-01-01T00:00:00+00:00", "2026-01-02T00:00:00+00:00", "2025-12-31T23:59:59+00:00"]
 
@@ -210,3 +213,73 @@ def test_ctrl_c_during_a_budgeted_walk_is_a_keyboard_interrupt_not_a_timeout(
     assert calls["n"] == 1
     monkeypatch.setattr(sqlite_search.time, "perf_counter", real)
     assert catalog.search("common", limit=10) == reference_search(catalog.path, "common", 10)
+
+
+def _fetches(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
+    """Records the size of every set the planner fetches (None: too many to fetch)."""
+    calls: list[int | None] = []
+    real = SqliteSearch.fetch
+
+    def fetch(queries: SqliteSearch, match: search.Match, cap: int) -> search.Fetched | None:
+        found = real(queries, match, cap)
+        calls.append(None if found is None else found.rows)
+        return found
+
+    monkeypatch.setattr(SqliteSearch, "fetch", fetch)
+    return calls
+
+
+def test_a_one_term_set_becomes_the_walks_filter_without_being_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'rare' is one term in 6 rows: the vocabulary's count is exact, so a set too large to
+    score outright becomes the walk's filter without the narrow step fetching its ids."""
+    catalog = _catalog(tmp_path)
+    catalog.search("common")
+    # ROW_SECONDS: the walk over the 6 rows gets its whole budget (at 1M, 3,807 rows get 11 ms).
+    for name, value in {"CANDIDATE_CAP": 2, "DIRECT_ROWS": 2, "ROW_SECONDS": 1.0}.items():
+        monkeypatch.setattr(search, name, value)
+    walks = _Walks(monkeypatch)
+    fetches = _fetches(monkeypatch)
+    for limit in (1, 2):
+        assert catalog.search("rare", limit=limit) == reference_search(catalog.path, "rare", limit)
+    assert fetches == [] and walks.calls == [(1, None), (1, None)]
+    narrow = next(step for step in catalog.explain("rare", limit=1).steps if step.step == "narrow")
+    assert narrow.candidates == 6 and "counted by the vocabulary" in narrow.detail
+    # A walk that cannot stop early scores the set outright: only then are its ids fetched.
+    monkeypatch.setattr(search, "WALK_SECONDS", 0.0)
+    for limit in (1, 2):
+        assert catalog.search("rare", limit=limit) == reference_search(catalog.path, "rare", limit)
+    assert fetches == [6, 6]
+
+
+def test_a_wrong_vocabulary_count_changes_the_plan_never_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index file is input: a term whose count says 5 rows where 3,000 hold it is walked as
+    a small filter; when the walk gives up, the fetch finds too many and another path answers."""
+    catalog = _catalog(tmp_path)
+    catalog.search("common")
+    with contextlib.closing(sqlite3.connect(catalog.index_path)) as conn, conn:
+        changed = conn.execute("UPDATE term SET n = 5 WHERE kind = ? AND text = 'common'", (CONTENT,)).rowcount
+    assert changed == 1
+    for name, value in {"CANDIDATE_CAP": 2, "DIRECT_ROWS": 2, "SET_ROWS": 100}.items():
+        monkeypatch.setattr(search, name, value)
+    fetches = _fetches(monkeypatch)
+    for query in ("common", "common rare", "common row7"):
+        for limit in (1, 2, 50):
+            assert catalog.search(query, limit=limit) == reference_search(catalog.path, query, limit), (query, limit)
+    monkeypatch.setattr(search, "WALK_SECONDS", 0.0)
+    scored: list[object] = []
+    real = search.Planner._score_narrowed
+
+    def score_narrowed(planner: search.Planner) -> list[search.Hit] | None:
+        hits = real(planner)
+        scored.append(hits)
+        return hits
+
+    monkeypatch.setattr(search.Planner, "_score_narrowed", score_narrowed)
+    fetches.clear()
+    for limit in (1, 2, 50):
+        assert catalog.search("common", limit=limit) == reference_search(catalog.path, "common", limit)
+    assert scored and all(hits is None for hits in scored), "the walk gave up; the set, fetched at last, was too large"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import sqlite3
 import threading
@@ -41,6 +40,7 @@ from memstore.index.db import (
 from memstore.index.settings import BUSY_TIMEOUT_MS
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.index.trust import Generation
+from memstore.logger import LazyLogger
 
 if TYPE_CHECKING:
     from memstore.index.report import Progress, RefreshReport, SourceStatus
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 # The reports (memstore.index.report) load when a catch-up, refresh or status first builds one:
 # a search of a current index builds none.
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 T = TypeVar("T")
 ATTEMPTS = 4

@@ -16,9 +16,8 @@ import os
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memstore.append_chain import AppendChain, read_chain, sync_lock_path
 from memstore.entry_filter import NO_FILTER, EntryFilter
@@ -47,8 +46,7 @@ COUNTED_IN_FTS5 = 64
 """Removed rows from which their terms are counted by FTS5 (fewer: in Python, no scratch table)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RewritePlan:
+class RewritePlan(NamedTuple):
     """How a rewrite of the file moved its lines, so the index can follow without a rebuild.
 
     ``before`` is the stat of the file the rewriter read; ``removed`` holds the start
@@ -66,23 +64,38 @@ class RewritePlan:
     """The field and value the removed entries held: where the index looks for their rows first."""
 
 
-@dataclass(slots=True)
 class _Ingest:
-    """Counters and the pending batch of one catch-up."""
+    """Counters and the pending batch of one catch-up.
 
-    next_id: int
-    indexed_to: int
-    rows: int
-    corrupt: int
-    blank: int
-    tail_end: int | None = None
-    bulk: bool = False
-    """A whole-source build: the word index is built from ``doc`` in one pass at the end."""
-    docs: list[tuple[Any, ...]] = field(default_factory=list)
-    pos: list[tuple[int, int, int]] = field(default_factory=list)
-    fts: list[tuple[int, str, str, str, str]] = field(default_factory=list)
-    terms: Counter[tuple[int, str]] = field(default_factory=Counter)
-    """(kind, term) -> rows of this batch holding it (bulk builds read the vocabulary from FTS5 instead)."""
+    ``bulk``: a whole-source build, whose word index is built from ``doc`` in one pass at the
+    end; ``terms``: (kind, term) -> rows of this batch holding it (bulk builds read the
+    vocabulary from FTS5 instead).
+    """
+
+    __slots__ = ("blank", "bulk", "corrupt", "docs", "fts", "indexed_to", "next_id", "pos", "rows", "tail_end", "terms")
+
+    def __init__(
+        self,
+        *,
+        next_id: int,
+        indexed_to: int,
+        rows: int,
+        corrupt: int,
+        blank: int,
+        tail_end: int | None = None,
+        bulk: bool = False,
+    ) -> None:
+        self.next_id = next_id
+        self.indexed_to = indexed_to
+        self.rows = rows
+        self.corrupt = corrupt
+        self.blank = blank
+        self.tail_end = tail_end
+        self.bulk = bulk
+        self.docs: list[tuple[Any, ...]] = []
+        self.pos: list[tuple[int, int, int]] = []
+        self.fts: list[tuple[int, str, str, str, str]] = []
+        self.terms: Counter[tuple[int, str]] = Counter()
 
 
 _ANY_ID = object()

@@ -15,7 +15,6 @@ import enum
 import errno
 import fcntl
 import io
-import logging
 import os
 import sqlite3
 import stat
@@ -30,8 +29,9 @@ from memstore.errors import IndexUnavailableError, LockError, MemstoreError
 from memstore.files import DEFAULT_FILE_MODE, PRIVATE_FILE_MODE, FileLock, ensure_dir, fsync_dir
 from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_VERSION
 from memstore.index.trust import Generation, origin_problem, record_origin, schema_problem
+from memstore.logger import LazyLogger
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 INDEX_DIRNAME = "index"
 INDEX_FILENAME = "memstore.sqlite3"

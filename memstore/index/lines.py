@@ -11,10 +11,8 @@ runs, so the rows never depend on where they were parsed.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,10 @@ from memstore.index.sqltext import encodable, sql_safe
 from memstore.index.terms import has_long_run, marks_text
 from memstore.jsonl import decode_entry, is_blank
 from memstore.lines_seen import LineRecorder, LinesSeen
+from memstore.logger import LazyLogger
 from memstore.models import MemoryEntry, tag_bonus
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 RANGE_BYTES = 8 * 1024 * 1024
 """Bytes a worker parses per task: large enough to amortise the hand-over, small enough to stream."""
@@ -40,20 +39,25 @@ Row = tuple[Any, ...]
 """(offset, length, the doc columns of :func:`row_values`)."""
 
 
-@dataclass(slots=True)
 class ParsedRange:
-    """The rows of one byte range, in file order, and what else its lines were."""
+    """The rows of one byte range, in file order, and what else its lines were.
 
-    rows: list[Row] = field(default_factory=list)
-    end: int = 0
-    """Where the last complete line of the range ends (the source is indexed up to here)."""
-    blank: int = 0
-    corrupt: int = 0
-    tail: Row | None = None
-    """An unterminated last line that parses (the end of the file only)."""
-    tail_end: int | None = None
-    seen: LinesSeen | None = None
-    """What the parse read, for the build to prove the file still holds it when it is digested."""
+    ``end`` is where the last complete line of the range ends (the source is indexed up to
+    here); ``tail`` an unterminated last line that parses (the end of the file only);
+    ``seen`` what the parse read, for the build to prove the file still holds it when it is
+    digested.
+    """
+
+    __slots__ = ("blank", "corrupt", "end", "rows", "seen", "tail", "tail_end")
+
+    def __init__(self, *, end: int = 0) -> None:
+        self.rows: list[Row] = []
+        self.end = end
+        self.blank = 0
+        self.corrupt = 0
+        self.tail: Row | None = None
+        self.tail_end: int | None = None
+        self.seen: LinesSeen | None = None
 
 
 RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, str, str, int]

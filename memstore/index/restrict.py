@@ -10,15 +10,14 @@ Odd rows are filtered in Python by :meth:`EntryFilter.admits`.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memstore.entry_filter import EntryFilter
 from memstore.index.fts import tag_expression
 from memstore.index.sqltext import sql_safe
 
 
-@dataclass(frozen=True, slots=True)
-class Lookup:
+class Lookup(NamedTuple):
     """One indexed way to the rows a filter value admits (a superset of them)."""
 
     count_sql: str
@@ -28,13 +27,15 @@ class Lookup:
     """A term over ``d`` that holds for every admitted row and lets SQLite start from an index."""
 
 
-@dataclass(frozen=True, slots=True)
 class Restriction:
     """``sql`` is a boolean term over ``d``; ``params`` are its named parameters."""
 
-    sql: str
-    params: dict[str, str] = field(default_factory=dict)
-    lookups: tuple[Lookup, ...] = ()
+    __slots__ = ("lookups", "params", "sql")
+
+    def __init__(self, sql: str, params: dict[str, str] | None = None, lookups: tuple[Lookup, ...] = ()) -> None:
+        self.sql = sql
+        self.params: dict[str, str] = {} if params is None else params
+        self.lookups = lookups
 
     @property
     def impossible(self) -> bool:

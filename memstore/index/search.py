@@ -40,8 +40,7 @@ import heapq
 from collections import Counter
 from collections.abc import Generator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from memstore.index.db import IndexBusyError
 from memstore.index.terms import CONTENT, MARKS_OF, TAGS, TermSet, piece_parts, token_marks
@@ -105,8 +104,7 @@ MAX_SQL_TOKENS = 2000
 """Distinct tokens one search binds (two parameters each, within SQLite's variable limit)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(NamedTuple):
     """A scored row: ``sort_key`` orders hits exactly as the spec does."""
 
     score: int
@@ -160,21 +158,18 @@ class TopK:
 # ---------------------------------------------------------------- word-index expressions
 
 
-@dataclass(frozen=True, slots=True)
-class Has:
+class Has(NamedTuple):
     """Rows with at least one of ``terms`` in the column ``kind`` (CONTENT or TAGS)."""
 
     kind: int
     terms: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class AllOf:
+class AllOf(NamedTuple):
     parts: tuple[Match, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class AnyOf:
+class AnyOf(NamedTuple):
     parts: tuple[Match, ...]
 
 
@@ -182,14 +177,13 @@ Match = Has | AllOf | AnyOf
 """A set of rows the word index can produce: backends compile it to their own SQL."""
 
 
-@dataclass(frozen=True, slots=True)
-class Fetched:
+class Fetched(NamedTuple):
     """The rows of a word-index set, fetched once: scoring them then costs a read of each row,
     where scoring the expression would evaluate it in the word index a second time."""
 
     rows: int
     held: object
-    """The backend's own form of the set (only it reads this)."""
+    """The backend's own form of the set (only it reads this); None before it is fetched."""
 
 
 def term_count(match: Match) -> int:
@@ -206,8 +200,7 @@ def any_of(parts: Sequence[Match]) -> Match:
     return parts[0] if len(parts) == 1 else AnyOf(tuple(parts))
 
 
-@dataclass(frozen=True, slots=True)
-class Column:
+class Column(NamedTuple):
     """What the word index knows about one token in one column.
 
     ``match`` holds every row holding the token in this column (None: unknown, the column
@@ -224,8 +217,7 @@ UNKNOWN = Column(None, 0)
 IMPOSSIBLE = Column(None, 0, impossible=True)
 
 
-@dataclass(frozen=True, slots=True)
-class TokenTerms:
+class TokenTerms(NamedTuple):
     """A query token (with how often it was given) and its word-index columns."""
 
     token: str
@@ -414,7 +406,10 @@ class Planner:
             elif self.narrowed is not None:
                 # Rows reaching the ceiling (this token in both columns) are rare, so a walk would
                 # read most of the narrowed set: scoring all of it costs no more, and is bounded.
-                top.offer_all(self._score_fetched(self.narrowed[1]))
+                narrowed = self._score_narrowed()
+                if narrowed is None:
+                    return self._score_all()
+                top.offer_all(narrowed)
                 return top.result()
             else:
                 both = self._expand_both(found)
@@ -458,15 +453,18 @@ class Planner:
         """The rarest token's rows, or the rare tokens' common rows, scored when few.
 
         When they are too many to score outright but few enough to count, they become the
-        walk's only filter (``self.narrowed``): the walk then reads only those rows.
+        walk's only filter (``self.narrowed``): the walk then reads only those rows.  A set of
+        one term is counted by the vocabulary already (its row count is exact): when that is
+        too many to score outright it becomes the filter without being fetched.
         """
         known = self._known()
         if not known:
             return None
-        options: list[tuple[Match, str, bool]] = []
+        options: list[tuple[Match, str, bool, int | None]] = []
         rows, index, rarest = known[0]
         if rows < SET_ROWS:
-            options.append((rarest, f"{self.terms[index].token!r}", self.terms[index].parts == 1))
+            counted = rows if term_count(rarest) == 1 else None
+            options.append((rarest, f"{self.terms[index].token!r}", self.terms[index].parts == 1, counted))
         small = [(index, whole) for rows, index, whole in known if rows <= AND_ROWS]
         # Two tokens, or the parts of one (``retry_backoff``, ``"memory"``): an intersection
         # the rows estimate cannot see, cheap to count in the word index.
@@ -475,9 +473,12 @@ class Planner:
             first = self.terms[small[0][0]].token
             label = f"{len(small)} tokens together" if len(small) > 1 else f"the parts of {first!r}"
             exact = all(self.terms[index].parts == 1 for index, _whole in small)
-            options.append((all_of([whole for _index, whole in small]), label, exact))
-        for match, label, exact in options:
-            fetched = self._narrow_rows(match, label)
+            options.append((all_of([whole for _index, whole in small]), label, exact, None))
+        for match, label, exact, counted in options:
+            if exact and counted is not None and counted >= self.direct:
+                fetched: Fetched | None = self._narrow_counted(match, label, counted)
+            else:
+                fetched = self._narrow_rows(match, label)
             if fetched is None:
                 continue
             # A superset (a token with separators or several pieces) may hold few true matches,
@@ -556,6 +557,26 @@ class Planner:
     def _narrow_rows(self, match: Match, _label: str) -> Fetched | None:
         return self.q.fetch(match, SET_ROWS)
 
+    def _narrow_counted(self, _match: Match, _label: str, rows: int) -> Fetched:
+        """The set of one term, by its vocabulary count alone: fetched only if it is scored."""
+        return Fetched(rows, None)
+
+    def _score_narrowed(self) -> list[Hit] | None:
+        """The narrowed set scored outright, fetched first when only its count was known.
+
+        None when that fetch finds it too large to hold: the vocabulary's count was wrong (a
+        damaged index), and the caller answers another way; the answer never rests on a count.
+        """
+        assert self.narrowed is not None
+        match, fetched = self.narrowed
+        if fetched.held is None:
+            found = self._narrow_rows(match, "the narrowed set")
+            if found is None:
+                return None
+            self.narrowed = (match, found)
+            fetched = found
+        return self._score_fetched(fetched)
+
     def _score_fetched(self, fetched: Fetched) -> list[Hit]:
         return self.q.score_fetched(fetched, self.k)
 
@@ -605,9 +626,10 @@ class Planner:
                 return
         except WalkInterrupted:
             pass
-        if self.narrowed is not None:
+        narrowed = None if self.narrowed is None else self._score_narrowed()
+        if narrowed is not None:
             # A walk over few rows that cannot stop early: scoring them all costs less.
-            top.offer_all(self._score_fetched(self.narrowed[1]))
+            top.offer_all(narrowed)
             return
         fallback = self._fallback_match()
         if fallback is not None:

@@ -34,8 +34,8 @@ import sqlite3
 import struct
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from memstore.append_chain import AppendChain
 from memstore.block_digest import PrefixDigest as PrefixDigest
@@ -92,8 +92,14 @@ class Change(Enum):
     REPLACED = "replaced"
 
 
-@dataclass(frozen=True, slots=True)
-class SourceState:
+SOURCE_COLUMNS = (
+    "name, dev, ino, size, mtime_ns, ctime_ns, indexed_to, tail_end, head_hash, edge_hash, body_hash,"
+    " recorded_ns, rows, corrupt, blank"
+)
+"""The columns of the ``source`` table, in :class:`SourceState`'s field order."""
+
+
+class SourceState(NamedTuple):
     """One row of the ``source`` table."""
 
     name: str
@@ -112,14 +118,9 @@ class SourceState:
     corrupt: int
     blank: int
 
-    _COLUMNS = (
-        "name, dev, ino, size, mtime_ns, ctime_ns, indexed_to, tail_end, head_hash, edge_hash, body_hash,"
-        " recorded_ns, rows, corrupt, blank"
-    )
-
     @classmethod
     def load(cls, conn: sqlite3.Connection, name: str) -> SourceState | None:
-        row = conn.execute(f"SELECT {cls._COLUMNS} FROM source WHERE name = ?", (name,)).fetchone()
+        row = conn.execute(f"SELECT {SOURCE_COLUMNS} FROM source WHERE name = ?", (name,)).fetchone()
         return None if row is None else cls(*row)
 
     def save(self, conn: sqlite3.Connection) -> None:
@@ -128,7 +129,7 @@ class SourceState:
             self.head_hash, self.edge_hash, self.body_hash, self.recorded_ns, self.rows, self.corrupt, self.blank,
         )  # fmt: skip
         marks = ",".join("?" * len(values))
-        conn.execute(f"INSERT OR REPLACE INTO source({self._COLUMNS}) VALUES ({marks})", values)
+        conn.execute(f"INSERT OR REPLACE INTO source({SOURCE_COLUMNS}) VALUES ({marks})", values)
 
     @staticmethod
     def forget(conn: sqlite3.Connection, name: str) -> None:

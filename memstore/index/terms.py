@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 TERM_CHAR = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]"
 """A term character: anything but an ASCII separator, i.e. ``[0-9A-Za-z\u0080-\U0010ffff]``.
@@ -164,8 +164,7 @@ KINDS = (CONTENT, TAGS, CONTENT_MARKS, TAG_MARKS)
 MARKS_OF = {CONTENT: CONTENT_MARKS, TAGS: TAG_MARKS}
 
 
-@dataclass(frozen=True, slots=True)
-class TermSet:
+class TermSet(NamedTuple):
     """The terms of one column containing a piece, and how many rows they cover at most.
 
     ``terms`` is None when there were more than the lookup's cap: the column is *dense*

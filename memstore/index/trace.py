@@ -182,6 +182,13 @@ class TracedPlanner(Planner):
                 step.outcome = "few: scored outright" if fetched.rows < self.direct else f"fewer than {search.SET_ROWS}"
         return fetched
 
+    def _narrow_counted(self, match: Match, label: str, rows: int) -> Fetched:
+        self._phase = "narrow"
+        with self.trace.timed("narrow", f"rows of {label}, counted by the vocabulary") as step:
+            fetched = super()._narrow_counted(match, label, rows)
+            step.candidates, step.outcome = rows, f"fewer than {search.SET_ROWS}: the walk's filter, not fetched"
+        return fetched
+
     def _score_fetched(self, fetched: Fetched) -> list[Hit]:
         with self.trace.timed(self._phase, "score the candidates in SQL") as step:
             hits = super()._score_fetched(fetched)

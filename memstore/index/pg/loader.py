@@ -24,7 +24,6 @@ New vocabulary terms are inserted before, in their own autocommit statements.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import time
@@ -50,8 +49,9 @@ from memstore.index.pg_deadline import uncapped
 from memstore.index.report import Progress
 from memstore.index.source import Change, PrefixDigest, SourceState
 from memstore.lines_seen import LinesSeen
+from memstore.logger import LazyLogger
 
-log = logging.getLogger(__name__)
+log = LazyLogger(__name__)
 
 PgConn = psycopg.Connection[Any]
 BATCH_ROWS = 20_000
