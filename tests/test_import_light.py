@@ -199,14 +199,18 @@ def test_the_read_path_digests_are_hashlibs_own() -> None:
     assert running.digest() == hashlib.sha256(data).digest()
 
 
-DATACLASS_CLI_PROBE = """
+DATACLASS_RECORDER = """
 import dataclasses, json, sys
 made = []
 process = dataclasses._process_class
 def record(cls, *args, **kwargs):
-    made.append(f"{{cls.__module__}}.{{cls.__qualname__}}")
+    made.append(f"{cls.__module__}.{cls.__qualname__}")
     return process(cls, *args, **kwargs)
 dataclasses._process_class = record
+"""
+"""Records every dataclass a child process makes; the probes below add what the process does."""
+
+DATACLASS_CLI_PROBE = DATACLASS_RECORDER + """
 from memstore.cli import main
 try:
     main(["search", "alpha", "--root", sys.argv[1]])
@@ -215,14 +219,7 @@ except SystemExit:
 print(json.dumps(sorted(made)))
 """
 
-DATACLASS_PROBE = """
-import dataclasses, json, sys
-made = []
-process = dataclasses._process_class
-def record(cls, *args, **kwargs):
-    made.append(f"{cls.__module__}.{cls.__qualname__}")
-    return process(cls, *args, **kwargs)
-dataclasses._process_class = record
+DATACLASS_PROBE = DATACLASS_RECORDER + """
 from memstore.catalog import MemoryCatalog
 MemoryCatalog(sys.argv[1]).search("alpha", limit=5)
 print(json.dumps(sorted(made)))
@@ -243,7 +240,7 @@ def test_a_search_makes_only_the_public_dataclasses(tmp_path: Path) -> None:
     assert made == ["memstore.catalog.QuarantinedEntry", "memstore.models.MemoryEntry"]
     # The search command adds the reports it builds (public report types) and the URL record.
     result = subprocess.run(
-        [sys.executable, "-c", DATACLASS_CLI_PROBE.format(), str(tmp_path)],
+        [sys.executable, "-c", DATACLASS_CLI_PROBE, str(tmp_path)],
         capture_output=True,
         text=True,
         check=True,
