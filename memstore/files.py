@@ -150,8 +150,8 @@ class FileLock:
     released from a forked child, which would otherwise drop the parent's lock.
     With ``keep_open`` each thread keeps its descriptor between acquisitions (for a
     lock taken on every add: an open and a close of the lock file saved each time);
-    it is used again only in the process that opened it and while the file still has
-    a name, and closes when the thread or the lock goes away.
+    it is used again only in the process that opened it and while the lock path still
+    names that file, and closes when the thread or the lock goes away.
     """
 
     def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE, keep_open: bool = False) -> None:
@@ -180,14 +180,10 @@ class FileLock:
             if kept.pid == os.getpid():
                 fd = kept.take()
                 self._lock(fd, wait)
-                try:
-                    named = os.fstat(fd).st_nlink > 0
-                except OSError:
-                    named = False
-                if named:
+                if self._still_named(fd):
                     local.fd, local.pid = fd, kept.pid
                     return
-                # Deleted or replaced since it was opened: a lock nobody else can see.
+                # Deleted, replaced or moved since it was opened: a lock nobody who opens the name sees.
                 with contextlib.suppress(OSError):
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
@@ -200,6 +196,15 @@ class FileLock:
         self._lock(fd, wait)
         local.fd = fd
         local.pid = os.getpid()
+
+    def _still_named(self, fd: int) -> bool:
+        """Whether the lock's path still names the file ``fd`` is open on (a link count alone
+        misses a file renamed away, or linked elsewhere before its name was removed)."""
+        try:
+            held, named = os.fstat(fd), os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return False
+        return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
     def _lock(self, fd: int, wait: float | None) -> None:
         """``flock`` ``fd``; the descriptor is closed when that fails."""

@@ -1,0 +1,41 @@
+"""Review of the merge 6edf2f2..5c3703e: each test reproduces a defect found by attacking it."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from memstore.files import FileLock
+
+
+def _free_by_name(path: Path) -> bool:
+    """Whether a new descriptor opened on ``path`` can take the lock now (as another process would)."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+@pytest.mark.parametrize("how", ["renamed", "hard-linked then unlinked"])
+def test_a_kept_lock_descriptor_is_dropped_when_the_name_points_elsewhere(tmp_path: Path, how: str) -> None:
+    """The kept file still has a name (nlink 1), just not the lock's: holding it excludes nobody."""
+    lock_path = tmp_path / "memory.jsonl.lock"
+    lock = FileLock(lock_path, keep_open=True)
+    with lock:
+        pass
+    aside = tmp_path / "aside.lock"
+    if how == "renamed":
+        os.rename(lock_path, aside)
+    else:
+        os.link(lock_path, aside)
+        os.unlink(lock_path)
+    lock_path.write_bytes(b"")  # a new lock file at the name, which every other process opens
+    with lock:
+        assert not _free_by_name(lock_path)  # the lock held is the one at the name
