@@ -247,26 +247,48 @@ class FileLock:
 
 
 class _KeptDescriptor:
-    """An unlocked lock descriptor kept for a thread's next acquisition; closed when dropped."""
+    """An unlocked lock descriptor kept for a thread's next acquisition; closed when dropped.
+
+    A forked child closes every kept descriptor at once (``_close_kept_in_child``): left open
+    there, it would keep the parent's file description, and with it a lock the parent takes
+    later, alive after the parent dies.
+    """
 
     __slots__ = ("fd", "pid")
 
     def __init__(self, fd: int, pid: int) -> None:
         self.fd = fd
         self.pid = pid
+        _KEPT_FDS.add(fd)
 
     def take(self) -> int:
         fd, self.fd = self.fd, -1
+        _KEPT_FDS.discard(fd)
         return fd
 
     def __del__(self) -> None:
         # Closing never unlocks a description another descriptor (a forked parent's) still has.
         fd, self.fd = self.fd, -1
-        if fd >= 0:
+        if fd >= 0 and self.pid == os.getpid():  # a forked child closed its copy when it forked
+            _KEPT_FDS.discard(fd)
             try:  # noqa: SIM105 - at interpreter exit contextlib may be gone
                 os.close(fd)
             except Exception:
                 pass
+
+
+_KEPT_FDS: set[int] = set()
+"""The descriptors every thread's ``_KeptDescriptor`` holds in this process."""
+
+
+def _close_kept_in_child() -> None:
+    for fd in list(_KEPT_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _KEPT_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_kept_in_child)
 
 
 def open_own_file(path: Path, *, mode: int) -> int:

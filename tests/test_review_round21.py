@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,3 +42,39 @@ def test_a_kept_lock_descriptor_is_dropped_when_the_name_points_elsewhere(tmp_pa
     lock_path.write_bytes(b"")  # a new lock file at the name, which every other process opens
     with lock:
         assert not _free_by_name(lock_path)  # the lock held is the one at the name
+
+
+_FORK_THEN_DIE = """
+import os, signal, sys, time
+from pathlib import Path
+from memstore.files import FileLock
+
+lock = FileLock(Path(sys.argv[1]), keep_open=True)
+with lock:
+    pass  # the descriptor is kept, unlocked
+child = os.fork()
+if child == 0:  # a worker forked by the application, which never touches the lock
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    time.sleep(60)
+    os._exit(0)
+lock.acquire()
+print(child, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # killed while it holds the lock
+"""
+
+
+def test_a_process_killed_holding_the_lock_releases_it_though_it_forked_earlier(tmp_path: Path) -> None:
+    """A forked child inherits the kept descriptor (its file description): were it left open there, the
+    parent's flock on that description would outlive the parent, and every writer would wait forever."""
+    lock_path = tmp_path / "memory.jsonl.lock"
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_THEN_DIE, str(lock_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    child = int(done.stdout)
+    try:
+        assert _free_by_name(lock_path)
+    finally:
+        os.kill(child, signal.SIGKILL)
