@@ -182,6 +182,7 @@ class FileLock:
                 self._lock(fd, wait)
                 if self._still_named(fd):
                     local.fd, local.pid = fd, kept.pid
+                    _HELD_FDS.add(fd)
                     return
                 # Deleted, replaced or moved since it was opened: a lock nobody who opens the name sees.
                 with contextlib.suppress(OSError):
@@ -196,6 +197,7 @@ class FileLock:
         self._lock(fd, wait)
         local.fd = fd
         local.pid = os.getpid()
+        _HELD_FDS.add(fd)
 
     def _still_named(self, fd: int) -> bool:
         """Whether the lock's path still names the file ``fd`` is open on (a link count alone
@@ -235,6 +237,7 @@ class FileLock:
             # unlocking it would release the parent's lock.
             os.close(fd)
             return
+        _HELD_FDS.discard(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         except BaseException:
@@ -279,13 +282,31 @@ class _KeptDescriptor:
 
 _KEPT_FDS: set[int] = set()
 """The descriptors every thread's ``_KeptDescriptor`` holds in this process."""
+_HELD_FDS: set[int] = set()
+"""The descriptors of the locks this process holds now."""
 
 
 def _close_kept_in_child() -> None:
+    """After a fork, in the child: let go of the parent's lock descriptions.
+
+    A kept descriptor is closed.  A held one stays a valid number (the child's
+    ``release`` closes it) but is pointed at /dev/null: a parent with ``keep_open``
+    locks that very description again later.
+    """
     for fd in list(_KEPT_FDS):
         with contextlib.suppress(OSError):
             os.close(fd)
     _KEPT_FDS.clear()
+    if _HELD_FDS:
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                for fd in list(_HELD_FDS):
+                    with contextlib.suppress(OSError):
+                        os.dup2(null, fd, inheritable=False)
+            finally:
+                os.close(null)
+    _HELD_FDS.clear()
 
 
 os.register_at_fork(after_in_child=_close_kept_in_child)

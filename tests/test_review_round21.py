@@ -50,8 +50,9 @@ from pathlib import Path
 from memstore.files import FileLock
 
 lock = FileLock(Path(sys.argv[1]), keep_open=True)
-with lock:
-    pass  # the descriptor is kept, unlocked
+lock.acquire()
+if sys.argv[2] == "released":
+    lock.release()  # the descriptor is kept, unlocked
 child = os.fork()
 if child == 0:  # a worker forked by the application, which never touches the lock
     null = os.open(os.devnull, os.O_WRONLY)
@@ -59,18 +60,21 @@ if child == 0:  # a worker forked by the application, which never touches the lo
     os.dup2(null, 2)
     time.sleep(60)
     os._exit(0)
+if sys.argv[2] == "held":
+    lock.release()  # kept: the next acquisition locks the description the child shares
 lock.acquire()
 print(child, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)  # killed while it holds the lock
 """
 
 
-def test_a_process_killed_holding_the_lock_releases_it_though_it_forked_earlier(tmp_path: Path) -> None:
+@pytest.mark.parametrize("at_fork", ["released", "held"])
+def test_a_process_killed_holding_the_lock_releases_it_though_it_forked_earlier(tmp_path: Path, at_fork: str) -> None:
     """A forked child inherits the kept descriptor (its file description): were it left open there, the
     parent's flock on that description would outlive the parent, and every writer would wait forever."""
     lock_path = tmp_path / "memory.jsonl.lock"
     done = subprocess.run(
-        [sys.executable, "-c", _FORK_THEN_DIE, str(lock_path)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", _FORK_THEN_DIE, str(lock_path), at_fork], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
     child = int(done.stdout)
