@@ -156,6 +156,7 @@ class FileLock:
 
     def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE, keep_open: bool = False) -> None:
         self.path = Path(path)
+        self._name = os.fspath(self.path)
         self._mode = mode
         self._keep_open = keep_open
         self._local = threading.local()
@@ -180,8 +181,8 @@ class FileLock:
             if kept.pid == os.getpid():
                 fd = kept.take()
                 self._lock(fd, wait)
-                if self._still_named(fd):
-                    local.fd, local.pid = fd, kept.pid
+                if self._names(kept.key):
+                    local.fd, local.pid, local.key = fd, kept.pid, kept.key
                     _HELD_FDS.add(fd)
                     return
                 # Deleted, replaced or moved since it was opened: a lock nobody who opens the name sees.
@@ -197,16 +198,20 @@ class FileLock:
         self._lock(fd, wait)
         local.fd = fd
         local.pid = os.getpid()
+        local.key = None
         _HELD_FDS.add(fd)
 
-    def _still_named(self, fd: int) -> bool:
-        """Whether the lock's path still names the file ``fd`` is open on (a link count alone
-        misses a file renamed away, or linked elsewhere before its name was removed)."""
+    def _names(self, key: tuple[int, int] | None) -> bool:
+        """Whether the lock's path still names the file of ``key`` (device, inode).
+
+        A link count alone misses a file renamed away, or linked elsewhere before its name
+        was removed.  The kept descriptor holds its inode open, so the number is never reused.
+        """
         try:
-            held, named = os.fstat(fd), os.stat(self.path, follow_symlinks=False)
+            named = os.lstat(self._name)
         except OSError:
             return False
-        return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
+        return key == (named.st_dev, named.st_ino)
 
     def _lock(self, fd: int, wait: float | None) -> None:
         """``flock`` ``fd``; the descriptor is closed when that fails."""
@@ -243,10 +248,18 @@ class FileLock:
         except BaseException:
             os.close(fd)
             raise
-        if self._keep_open:
-            local.kept = _KeptDescriptor(fd, local.pid)
-        else:
+        if not self._keep_open:
             os.close(fd)
+            return
+        key = local.key
+        if key is None:  # opened by this acquisition: identified once
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                os.close(fd)
+                return
+            key = (st.st_dev, st.st_ino)
+        local.kept = _KeptDescriptor(fd, local.pid, key)
 
 
 class _KeptDescriptor:
@@ -257,11 +270,13 @@ class _KeptDescriptor:
     later, alive after the parent dies.
     """
 
-    __slots__ = ("fd", "pid")
+    __slots__ = ("fd", "key", "pid")
 
-    def __init__(self, fd: int, pid: int) -> None:
+    def __init__(self, fd: int, pid: int, key: tuple[int, int]) -> None:
         self.fd = fd
         self.pid = pid
+        self.key = key
+        """The file's (device, inode), compared with what the lock's path names at each reuse."""
         _KEPT_FDS.add(fd)
 
     def take(self) -> int:
