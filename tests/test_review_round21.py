@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import fcntl
+import functools
+import json
 import os
 import signal
 import subprocess
@@ -11,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
+import memstore.files
+from memstore import catalog_rewrite
+from memstore.catalog import MemoryCatalog
 from memstore.files import FileLock
+from memstore.kept_copy import KeptCopy
 
 
 def _free_by_name(path: Path) -> bool:
@@ -82,3 +88,48 @@ def test_a_process_killed_holding_the_lock_releases_it_though_it_forked_earlier(
         assert _free_by_name(lock_path)
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+def _entry_line(memory_id: str, content: str, branch: str) -> bytes:
+    payload = {"memory_id": memory_id, "content": content, "tags": [], "created_at": "2026-01-01T00:00:00+00:00",
+               "branch_name": branch, "run_id": None}  # fmt: skip
+    return json.dumps(payload, sort_keys=True).encode() + b"\n"
+
+
+@pytest.mark.parametrize("window", ["long line", "first drop"])
+def test_a_file_truncated_while_the_rewrite_prepares_is_rewritten_under_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: str
+) -> None:
+    """Another tool cuts the file (an in-place save) while the copy made without the lock reads it
+    again: the prepared copy is useless, and the rewrite is done under the lock, not failed."""
+    monkeypatch.setattr(memstore.files, "MAX_LINE_BYTES", 64 * 1024)
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    head = _entry_line("a" * 32, "kept", "stay")
+    if window == "long line":
+        middle = b"x" * (128 * 1024) + b"\n" + _entry_line("b" * 32, "gone early", "gone")
+    else:  # no line goes before the cut-off part: the copy starts by reading it again
+        middle = b"".join(_entry_line(f"{n:032x}", f"entry {n}", "stay") for n in range(8))
+        middle += _entry_line("b" * 32, "gone early", "gone")
+    real_scan = catalog_rewrite.scan_for_removal
+    monkeypatch.setattr(catalog_rewrite, "scan_for_removal", functools.partial(real_scan, block=300))
+    tail = _entry_line("c" * 32, "gone late", "gone")
+    catalog.path.parent.mkdir(parents=True, exist_ok=True)
+    catalog.path.write_bytes(head + middle + tail)
+    cut = len(head)  # the other tool keeps the first line only
+
+    def truncate() -> None:
+        os.truncate(catalog.path, cut)
+
+    hook = "long_line" if window == "long line" else "_open_at"
+    real = getattr(KeptCopy, hook)
+    cuts = [truncate]
+
+    def cut_then_read(self: KeptCopy, *args: int) -> None:
+        while cuts:
+            cuts.pop()()
+        real(self, *args)
+
+    monkeypatch.setattr(KeptCopy, hook, cut_then_read)
+    assert catalog.delete_by_branch("gone") == 0
+    assert not cuts, "the window was reached"
+    assert catalog.path.read_bytes() == _entry_line("a" * 32, "kept", "stay")
