@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import memstore.files
-from memstore import catalog_rewrite
+from memstore import catalog_rewrite, jsonl
 from memstore.catalog import MemoryCatalog
 from memstore.files import FileLock
 from memstore.kept_copy import KeptCopy
@@ -133,3 +133,22 @@ def test_a_file_truncated_while_the_rewrite_prepares_is_rewritten_under_the_lock
     assert catalog.delete_by_branch("gone") == 0
     assert not cuts, "the window was reached"
     assert catalog.path.read_bytes() == _entry_line("a" * 32, "kept", "stay")
+
+
+def test_quarantine_provenance_reads_as_the_stdlib_reads_it_once_orjson_is_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """orjson reads an integer beyond 64 bits as a float; provenance is shown as it is, so what a
+    user sees must not depend on how many lines the process parsed before (64: orjson loads)."""
+    if not jsonl.load_orjson():
+        pytest.skip("orjson is not installed")
+    monkeypatch.setattr(jsonl, "_orjson", jsonl.load_orjson())  # as after the process's first 64 lines
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    catalog.add("hello", branch_name="gone")
+    assert catalog.quarantine_by_branch("gone", "why") == 1
+    payload = json.loads(catalog.quarantine_path.read_bytes())
+    payload["provenance"]["merged_from"] = 2**64 + 1  # an edit or a merge of the file
+    catalog.quarantine_path.write_bytes(json.dumps(payload, sort_keys=True).encode() + b"\n")
+    [record] = catalog.quarantined_records()
+    assert record.provenance["merged_from"] == 2**64 + 1
+    assert type(record.provenance["merged_from"]) is int
