@@ -541,7 +541,7 @@ class MemoryCatalog:
                 if fd is not None:
                     line = os.pread(fd, MAX_LINE_BYTES + 2, item.order).split(b"\n", 1)[0]
                     with contextlib.suppress(ValueError):
-                        payload = parse_json_bytes(line)
+                        payload = parse_json_bytes(line, exact=True)  # shown as it is: numbers too
                         if isinstance(payload, dict) and isinstance(payload.get("provenance"), dict):
                             provenance = payload["provenance"]
                 records.append(QuarantinedEntry(item.entry, provenance))

@@ -69,7 +69,11 @@ class Rewritten:
 
 
 def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
-    """Scan the file up to its last newline, copying what stays as it goes; None when there is no file."""
+    """Scan the file up to its last newline, copying what stays as it goes.
+
+    None when there is no file, or when another tool cut or edited it while the copy read
+    it again (a short read): :func:`finish` then does the whole rewrite under the lock.
+    """
     fd = open_for_read(path)
     if fd is None:
         return None
@@ -77,12 +81,19 @@ def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
     try:
         try:
             st = os.fstat(fd)
+        except OSError as exc:
+            raise storage_error("read", path, exc) from exc
+        try:
             upto = last_line_end(fd, st.st_size)
             copy = KeptCopy(fd, 0, lambda: Replacement(path, digest=True))
             scan = scan_for_removal(fd, upto, key=key, value=value, copy=copy)
-        except StorageError:
-            raise  # the copy's own error says what failed
         except OSError as exc:
+            if _changed_since(fd, st):
+                if copy is not None and copy.replacement is not None:
+                    copy.replacement.discard()
+                return None
+            if isinstance(exc, StorageError):
+                raise  # the copy's own error says what failed
             raise storage_error("read", path, exc) from exc
         seen = copy.seen(upto, scan.dropped)
         replacement = copy.replacement
@@ -190,6 +201,15 @@ def _still_at_path(path: Path, st: os.stat_result) -> None:
     if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
         message = f"{path} was replaced by another tool during the rewrite; nothing was removed"
         raise FileReplacedError(errno.EAGAIN, message)
+
+
+def _changed_since(fd: int, st: os.stat_result) -> bool:
+    """The open file is no longer as ``st`` found it (an in-place save changes its ctime)."""
+    try:
+        now = os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_size, now.st_mtime_ns, now.st_ctime_ns) != (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _unchanged(fd: int, st: os.stat_result, prepared: Prepared) -> bool:

@@ -150,12 +150,13 @@ class FileLock:
     released from a forked child, which would otherwise drop the parent's lock.
     With ``keep_open`` each thread keeps its descriptor between acquisitions (for a
     lock taken on every add: an open and a close of the lock file saved each time);
-    it is used again only in the process that opened it and while the file still has
-    a name, and closes when the thread or the lock goes away.
+    it is used again only in the process that opened it and while the lock path still
+    names that file, and closes when the thread or the lock goes away.
     """
 
     def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE, keep_open: bool = False) -> None:
         self.path = Path(path)
+        self._name = os.fspath(self.path)
         self._mode = mode
         self._keep_open = keep_open
         self._local = threading.local()
@@ -180,14 +181,11 @@ class FileLock:
             if kept.pid == os.getpid():
                 fd = kept.take()
                 self._lock(fd, wait)
-                try:
-                    named = os.fstat(fd).st_nlink > 0
-                except OSError:
-                    named = False
-                if named:
-                    local.fd, local.pid = fd, kept.pid
+                if self._names(kept.key):
+                    local.fd, local.pid, local.key = fd, kept.pid, kept.key
+                    _HELD_FDS.add(fd)
                     return
-                # Deleted or replaced since it was opened: a lock nobody else can see.
+                # Deleted, replaced or moved since it was opened: a lock nobody who opens the name sees.
                 with contextlib.suppress(OSError):
                     fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
@@ -200,6 +198,20 @@ class FileLock:
         self._lock(fd, wait)
         local.fd = fd
         local.pid = os.getpid()
+        local.key = None
+        _HELD_FDS.add(fd)
+
+    def _names(self, key: tuple[int, int] | None) -> bool:
+        """Whether the lock's path still names the file of ``key`` (device, inode).
+
+        A link count alone misses a file renamed away, or linked elsewhere before its name
+        was removed.  The kept descriptor holds its inode open, so the number is never reused.
+        """
+        try:
+            named = os.lstat(self._name)
+        except OSError:
+            return False
+        return key == (named.st_dev, named.st_ino)
 
     def _lock(self, fd: int, wait: float | None) -> None:
         """``flock`` ``fd``; the descriptor is closed when that fails."""
@@ -230,38 +242,89 @@ class FileLock:
             # unlocking it would release the parent's lock.
             os.close(fd)
             return
+        _HELD_FDS.discard(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         except BaseException:
             os.close(fd)
             raise
-        if self._keep_open:
-            local.kept = _KeptDescriptor(fd, local.pid)
-        else:
+        if not self._keep_open:
             os.close(fd)
+            return
+        key = local.key
+        if key is None:  # opened by this acquisition: identified once
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                os.close(fd)
+                return
+            key = (st.st_dev, st.st_ino)
+        local.kept = _KeptDescriptor(fd, local.pid, key)
 
 
 class _KeptDescriptor:
-    """An unlocked lock descriptor kept for a thread's next acquisition; closed when dropped."""
+    """An unlocked lock descriptor kept for a thread's next acquisition; closed when dropped.
 
-    __slots__ = ("fd", "pid")
+    A forked child closes every kept descriptor at once (``_close_kept_in_child``): left open
+    there, it would keep the parent's file description, and with it a lock the parent takes
+    later, alive after the parent dies.
+    """
 
-    def __init__(self, fd: int, pid: int) -> None:
+    __slots__ = ("fd", "key", "pid")
+
+    def __init__(self, fd: int, pid: int, key: tuple[int, int]) -> None:
         self.fd = fd
         self.pid = pid
+        self.key = key
+        """The file's (device, inode), compared with what the lock's path names at each reuse."""
+        _KEPT_FDS.add(fd)
 
     def take(self) -> int:
         fd, self.fd = self.fd, -1
+        _KEPT_FDS.discard(fd)
         return fd
 
     def __del__(self) -> None:
         # Closing never unlocks a description another descriptor (a forked parent's) still has.
         fd, self.fd = self.fd, -1
-        if fd >= 0:
+        if fd >= 0 and self.pid == os.getpid():  # a forked child closed its copy when it forked
+            _KEPT_FDS.discard(fd)
             try:  # noqa: SIM105 - at interpreter exit contextlib may be gone
                 os.close(fd)
             except Exception:
                 pass
+
+
+_KEPT_FDS: set[int] = set()
+"""The descriptors every thread's ``_KeptDescriptor`` holds in this process."""
+_HELD_FDS: set[int] = set()
+"""The descriptors of the locks this process holds now."""
+
+
+def _close_kept_in_child() -> None:
+    """After a fork, in the child: let go of the parent's lock descriptions.
+
+    A kept descriptor is closed.  A held one stays a valid number (the child's
+    ``release`` closes it) but is pointed at /dev/null: a parent with ``keep_open``
+    locks that very description again later.
+    """
+    for fd in list(_KEPT_FDS):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _KEPT_FDS.clear()
+    if _HELD_FDS:
+        with contextlib.suppress(OSError):
+            null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                for fd in list(_HELD_FDS):
+                    with contextlib.suppress(OSError):
+                        os.dup2(null, fd, inheritable=False)
+            finally:
+                os.close(null)
+    _HELD_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_kept_in_child)
 
 
 def open_own_file(path: Path, *, mode: int) -> int:

@@ -1,9 +1,10 @@
 """Parsing catalog lines exactly as the stdlib would, fast when orjson is present.
 
 orjson is only a fast path: whenever it refuses a line (NaN, lone surrogates,
-huge numbers, deep nesting) the stdlib parser decides, so results never depend on
-whether orjson is installed.  For catalog entries the two agree on every line
-orjson accepts, because every field that matters must be a string.
+numbers out of a double's range, deep nesting) the stdlib parser decides.  It does
+accept an integer beyond 64 bits, as a float: for catalog entries the two still agree
+on every line, because every field that matters must be a string; values shown as
+they are (provenance) are parsed with ``exact``.
 
 A line may start with a UTF-8 byte order mark (editors put one at the start of a
 file); it is dropped before parsing, as ``bytes.decode('utf-8-sig')`` would.  This
@@ -58,11 +59,15 @@ def _fast_parser() -> Any:
     return load_orjson() if _stdlib_lines > STDLIB_FIRST_LINES else None
 
 
-def parse_json_bytes(data: bytes) -> Any:
-    """Parse one line as ``json.loads(data.decode('utf-8-sig'))`` would; raise ValueError if invalid."""
+def parse_json_bytes(data: bytes, *, exact: bool = False) -> Any:
+    """Parse one line as ``json.loads(data.decode('utf-8-sig'))`` would; raise ValueError if invalid.
+
+    orjson reads an integer beyond 64 bits as a float: harmless to an entry (no field is a
+    number), not to values shown as they are (provenance), which pass ``exact`` for the stdlib.
+    """
     if data.startswith(BOM):
         data = data[len(BOM) :]
-    fast = _orjson if _orjson is not None else _fast_parser()
+    fast = None if exact else _orjson if _orjson is not None else _fast_parser()
     if fast:
         try:
             return fast.loads(data)

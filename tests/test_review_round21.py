@@ -1,0 +1,154 @@
+"""Review of the merge 6edf2f2..5c3703e: each test reproduces a defect found by attacking it."""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import memstore.files
+from memstore import catalog_rewrite, jsonl
+from memstore.catalog import MemoryCatalog
+from memstore.files import FileLock
+from memstore.kept_copy import KeptCopy
+
+
+def _free_by_name(path: Path) -> bool:
+    """Whether a new descriptor opened on ``path`` can take the lock now (as another process would)."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+@pytest.mark.parametrize("how", ["renamed", "hard-linked then unlinked"])
+def test_a_kept_lock_descriptor_is_dropped_when_the_name_points_elsewhere(tmp_path: Path, how: str) -> None:
+    """The kept file still has a name (nlink 1), just not the lock's: holding it excludes nobody."""
+    lock_path = tmp_path / "memory.jsonl.lock"
+    lock = FileLock(lock_path, keep_open=True)
+    with lock:
+        pass
+    aside = tmp_path / "aside.lock"
+    if how == "renamed":
+        os.rename(lock_path, aside)
+    else:
+        os.link(lock_path, aside)
+        os.unlink(lock_path)
+    lock_path.write_bytes(b"")  # a new lock file at the name, which every other process opens
+    with lock:
+        assert not _free_by_name(lock_path)  # the lock held is the one at the name
+
+
+_FORK_THEN_DIE = """
+import os, signal, sys, time
+from pathlib import Path
+from memstore.files import FileLock
+
+lock = FileLock(Path(sys.argv[1]), keep_open=True)
+lock.acquire()
+if sys.argv[2] == "released":
+    lock.release()  # the descriptor is kept, unlocked
+child = os.fork()
+if child == 0:  # a worker forked by the application, which never touches the lock
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    time.sleep(60)
+    os._exit(0)
+if sys.argv[2] == "held":
+    lock.release()  # kept: the next acquisition locks the description the child shares
+lock.acquire()
+print(child, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # killed while it holds the lock
+"""
+
+
+@pytest.mark.parametrize("at_fork", ["released", "held"])
+def test_a_process_killed_holding_the_lock_releases_it_though_it_forked_earlier(tmp_path: Path, at_fork: str) -> None:
+    """A forked child inherits the kept descriptor (its file description): were it left open there, the
+    parent's flock on that description would outlive the parent, and every writer would wait forever."""
+    lock_path = tmp_path / "memory.jsonl.lock"
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_THEN_DIE, str(lock_path), at_fork], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    child = int(done.stdout)
+    try:
+        assert _free_by_name(lock_path)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def _entry_line(memory_id: str, content: str, branch: str) -> bytes:
+    payload = {"memory_id": memory_id, "content": content, "tags": [], "created_at": "2026-01-01T00:00:00+00:00",
+               "branch_name": branch, "run_id": None}  # fmt: skip
+    return json.dumps(payload, sort_keys=True).encode() + b"\n"
+
+
+@pytest.mark.parametrize("window", ["long line", "first drop"])
+def test_a_file_truncated_while_the_rewrite_prepares_is_rewritten_under_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: str
+) -> None:
+    """Another tool cuts the file (an in-place save) while the copy made without the lock reads it
+    again: the prepared copy is useless, and the rewrite is done under the lock, not failed."""
+    monkeypatch.setattr(memstore.files, "MAX_LINE_BYTES", 64 * 1024)
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    head = _entry_line("a" * 32, "kept", "stay")
+    if window == "long line":
+        middle = b"x" * (128 * 1024) + b"\n" + _entry_line("b" * 32, "gone early", "gone")
+    else:  # no line goes before the cut-off part: the copy starts by reading it again
+        middle = b"".join(_entry_line(f"{n:032x}", f"entry {n}", "stay") for n in range(8))
+        middle += _entry_line("b" * 32, "gone early", "gone")
+    real_scan = catalog_rewrite.scan_for_removal
+    monkeypatch.setattr(catalog_rewrite, "scan_for_removal", functools.partial(real_scan, block=300))
+    tail = _entry_line("c" * 32, "gone late", "gone")
+    catalog.path.parent.mkdir(parents=True, exist_ok=True)
+    catalog.path.write_bytes(head + middle + tail)
+    cut = len(head)  # the other tool keeps the first line only
+
+    def truncate() -> None:
+        os.truncate(catalog.path, cut)
+
+    hook = "long_line" if window == "long line" else "_open_at"
+    real = getattr(KeptCopy, hook)
+    cuts = [truncate]
+
+    def cut_then_read(self: KeptCopy, *args: int) -> None:
+        while cuts:
+            cuts.pop()()
+        real(self, *args)
+
+    monkeypatch.setattr(KeptCopy, hook, cut_then_read)
+    assert catalog.delete_by_branch("gone") == 0
+    assert not cuts, "the window was reached"
+    assert catalog.path.read_bytes() == _entry_line("a" * 32, "kept", "stay")
+
+
+def test_quarantine_provenance_reads_as_the_stdlib_reads_it_once_orjson_is_loaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """orjson reads an integer beyond 64 bits as a float; provenance is shown as it is, so what a
+    user sees must not depend on how many lines the process parsed before (64: orjson loads)."""
+    if not jsonl.load_orjson():
+        pytest.skip("orjson is not installed")
+    monkeypatch.setattr(jsonl, "_orjson", jsonl.load_orjson())  # as after the process's first 64 lines
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    catalog.add("hello", branch_name="gone")
+    assert catalog.quarantine_by_branch("gone", "why") == 1
+    payload = json.loads(catalog.quarantine_path.read_bytes())
+    payload["provenance"]["merged_from"] = 2**64 + 1  # an edit or a merge of the file
+    catalog.quarantine_path.write_bytes(json.dumps(payload, sort_keys=True).encode() + b"\n")
+    [record] = catalog.quarantined_records()
+    assert record.provenance["merged_from"] == 2**64 + 1
+    assert type(record.provenance["merged_from"]) is int
