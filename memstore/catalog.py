@@ -323,7 +323,10 @@ class MemoryCatalog:
         if index is not None:
             try:
                 index.apply_rewrite(done.plan, done.after)
-            except IndexUnavailableError as exc:
+            except (IndexUnavailableError, OSError) as exc:
+                # The file is rewritten and durable: the call succeeded.  An index that could not
+                # follow (a read of the new file failed) still names the old file, so the next
+                # query sees it replaced and rebuilds.
                 log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
         return done.removed
 

@@ -183,7 +183,7 @@ class FileLock:
                 self._lock(fd, wait)
                 if self._names(kept.key):
                     local.fd, local.pid, local.key = fd, kept.pid, kept.key
-                    _HELD_FDS.add(fd)
+                    hide_from_children(fd)
                     return
                 # Deleted, replaced or moved since it was opened: a lock nobody who opens the name sees.
                 with contextlib.suppress(OSError):
@@ -199,7 +199,7 @@ class FileLock:
         local.fd = fd
         local.pid = os.getpid()
         local.key = None
-        _HELD_FDS.add(fd)
+        hide_from_children(fd)
 
     def _names(self, key: tuple[int, int] | None) -> bool:
         """Whether the lock's path still names the file of ``key`` (device, inode).
@@ -242,7 +242,7 @@ class FileLock:
             # unlocking it would release the parent's lock.
             os.close(fd)
             return
-        _HELD_FDS.discard(fd)
+        unhide_from_children(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)
         except BaseException:
@@ -297,31 +297,46 @@ class _KeptDescriptor:
 
 _KEPT_FDS: set[int] = set()
 """The descriptors every thread's ``_KeptDescriptor`` holds in this process."""
-_HELD_FDS: set[int] = set()
-"""The descriptors of the locks this process holds now."""
+_HIDDEN_FDS: set[int] = set()
+"""Descriptors whose open file description a forked child must not share: the locks this
+process holds, and the group commit's descriptors of the sync lock and the file."""
+
+
+def hide_from_children(fd: int) -> None:
+    """Point ``fd`` at /dev/null in every child forked while it is open here.
+
+    A child that shares a lock's open file description keeps a lock the parent takes on
+    it alive after the parent dies.  The number stays valid in the child, so code there
+    that closes it never closes an unrelated descriptor.
+    """
+    _HIDDEN_FDS.add(fd)
+
+
+def unhide_from_children(fd: int) -> None:
+    """Undo :func:`hide_from_children`; called before ``fd`` is closed or handed on."""
+    _HIDDEN_FDS.discard(fd)
 
 
 def _close_kept_in_child() -> None:
     """After a fork, in the child: let go of the parent's lock descriptions.
 
-    A kept descriptor is closed.  A held one stays a valid number (the child's
-    ``release`` closes it) but is pointed at /dev/null: a parent with ``keep_open``
-    locks that very description again later.
+    A kept descriptor is closed (its owner closes it only in the process that kept it).
+    A hidden one is pointed at /dev/null: a parent locks that very description again.
     """
     for fd in list(_KEPT_FDS):
         with contextlib.suppress(OSError):
             os.close(fd)
     _KEPT_FDS.clear()
-    if _HELD_FDS:
+    if _HIDDEN_FDS:
         with contextlib.suppress(OSError):
             null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                for fd in list(_HELD_FDS):
+                for fd in list(_HIDDEN_FDS):
                     with contextlib.suppress(OSError):
                         os.dup2(null, fd, inheritable=False)
             finally:
                 os.close(null)
-    _HELD_FDS.clear()
+    _HIDDEN_FDS.clear()
 
 
 os.register_at_fork(after_in_child=_close_kept_in_child)

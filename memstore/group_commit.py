@@ -59,12 +59,14 @@ from memstore.errors import LockError, StorageError
 from memstore.files import (
     DEFAULT_FILE_MODE,
     fsync_dir,
+    hide_from_children,
     keep_torn_tail,
     open_for_append,
     open_own_file,
     open_regular,
     storage_error,
     torn_tail_start,
+    unhide_from_children,
     write_all,
 )
 from memstore.logger import LazyLogger
@@ -463,6 +465,9 @@ class _Descriptors:
         self.fd = fd
         self.sync_fd = sync_fd
         self.pid = os.getpid()
+        # Kept between appends, so a child forked meanwhile must not keep the sync lock's description.
+        hide_from_children(fd)
+        hide_from_children(sync_fd)
         try:
             st, ss = os.fstat(fd), os.fstat(sync_fd)
         except OSError:
@@ -487,11 +492,13 @@ class _Descriptors:
         )
 
     def close(self) -> None:
-        for fd in (self.fd, self.sync_fd):
+        """Close both (in a forked child: the copies that point at /dev/null)."""
+        fds, self.fd, self.sync_fd = (self.fd, self.sync_fd), -1, -1
+        for fd in fds:
             if fd >= 0:
+                unhide_from_children(fd)
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.fd = self.sync_fd = -1
 
     def __del__(self) -> None:
         # Not contextlib.suppress: at interpreter exit the modules it needs may be gone.

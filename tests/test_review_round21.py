@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import json
@@ -152,3 +153,73 @@ def test_quarantine_provenance_reads_as_the_stdlib_reads_it_once_orjson_is_loade
     [record] = catalog.quarantined_records()
     assert record.provenance["merged_from"] == 2**64 + 1
     assert type(record.provenance["merged_from"]) is int
+
+
+_ADD_FORK_THEN_DIE = """
+import fcntl, os, signal, sys, time
+from memstore.catalog import MemoryCatalog
+
+catalog = MemoryCatalog(sys.argv[1])
+catalog.add("first")  # the group commit keeps the file's and the sync lock's descriptors for the next add
+(group,) = catalog._commits.values()
+(kept,) = group._idle
+child = os.fork()
+if child == 0:  # a worker forked by the application, which never writes
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    time.sleep(60)
+    os._exit(0)
+catalog.add("second")  # the same descriptors again, in the parent
+fcntl.flock(kept.sync_fd, fcntl.LOCK_EX)  # as a torn-record repair or a failed fsync's record takes it
+print(child, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # killed while it holds the sync lock
+"""
+
+
+def test_a_process_killed_holding_the_sync_lock_releases_it_though_it_forked_earlier(tmp_path: Path) -> None:
+    """The group commit keeps the sync lock's descriptor between adds; a child forked meanwhile must not
+    share its description, or the parent's flock on it would outlive the parent and block every writer
+    that repairs or records through the sync lock."""
+    done = subprocess.run(
+        [sys.executable, "-c", _ADD_FORK_THEN_DIE, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    child = int(done.stdout)
+    try:
+        assert _free_by_name(tmp_path / ".teaagent" / "memory.sync.lock")
+    finally:
+        os.kill(child, signal.SIGKILL)
+    catalog = MemoryCatalog(tmp_path)
+    assert [entry.content for entry in catalog.list()] == ["second", "first"]
+
+
+def test_a_failed_read_while_the_index_follows_a_rewrite_does_not_fail_the_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The follow-up proves the new file on a thread; an EIO there came out of ``delete_by_branch`` as a raw
+    OSError although the file was already rewritten and durable.  The call succeeds, the index rebuilds."""
+    from memstore.index.source import SourceState
+
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(12):
+        catalog.add(f"entry {n}", branch_name="gone" if n % 3 == 0 else "stay")
+    assert len(catalog.search("entry", limit=50)) == 12  # the index exists and will follow the rewrite
+    real_of_file = SourceState.of_file
+    failed = []
+
+    def failing_of_file(*args: object, **kwargs: object) -> SourceState:
+        if kwargs.get("expected") is not None:  # the follow-up's proof of the rewritten file
+            failed.append(True)
+            raise OSError(errno.EIO, "Input/output error")
+        return real_of_file(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SourceState, "of_file", staticmethod(failing_of_file))
+    removed = catalog.delete_by_branch("gone")
+    monkeypatch.undo()
+    assert failed, "the follow-up's proof ran"
+    assert removed == 4
+    assert sorted(entry.content for entry in catalog.search("entry", limit=50)) == sorted(
+        f"entry {n}" for n in range(12) if n % 3
+    )
+    assert catalog.check_index().equal
