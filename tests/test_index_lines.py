@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from memstore.catalog import MemoryCatalog
 from memstore.index import line_worker, lines
+from memstore.index.catalog_index import CatalogIndex
 from memstore.index.lines import ParsedRange, parse_range, parsed_ranges
 
 
@@ -137,3 +139,52 @@ def test_a_full_build_through_the_worker_equals_the_scan(tmp_path: Path, monkeyp
     for query in ("entry", "word-", "é", "last", "g3", "nul", "entry 14"):
         assert catalog.search(query, limit=20) == scan.search(query, limit=20), query
     assert catalog.check_index().equal
+
+
+def _rows(index_path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    conn = sqlite3.connect(index_path)
+    try:
+        return (
+            conn.execute("SELECT * FROM doc ORDER BY id").fetchall(),
+            conn.execute("SELECT * FROM pos ORDER BY id").fetchall(),
+        )
+    finally:
+        conn.close()
+
+
+def test_a_bulk_build_files_the_rows_a_catch_up_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bulk insert lets SQLite number the rows: the ids must be those a line-by-line catch-up gives."""
+    data = _catalog_bytes(1500)
+    half = data.index(b"\n", len(data) // 2) + 1
+    monkeypatch.setattr(lines, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(lines, "RANGE_BYTES", 4096)  # many ranges through the workers, blanks and odd rows among them
+    bulk = MemoryCatalog(tmp_path / "bulk")
+    bulk.path.parent.mkdir(parents=True, exist_ok=True)
+    bulk.path.write_bytes(data)
+    bulk.reindex(full=True)
+    grown = MemoryCatalog(tmp_path / "grown")
+    grown.path.parent.mkdir(parents=True, exist_ok=True)
+    grown.path.write_bytes(data[:half])
+    grown.reindex(full=True)
+    with grown.path.open("ab") as out:
+        out.write(data[half:])
+    assert grown.search("entry", limit=1)  # caught up row by row from the indexed offset
+    bulk_rows, grown_rows = _rows(bulk.index_path), _rows(grown.index_path)
+    assert len(bulk_rows[0]) == 1500 + 17 + 1  # entries, odd rows, the unterminated tail
+    assert bulk_rows == grown_rows
+    assert bulk.check_index().equal
+
+
+def test_a_bulk_build_refuses_rows_it_did_not_number(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table not empty when the bulk insert starts would shift every id: the build is refused, the scan answers."""
+    catalog = MemoryCatalog(tmp_path)
+    catalog.path.write_bytes(_catalog_bytes(200))
+
+    def clear_but_pos(_self: CatalogIndex, conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM doc")
+        conn.execute("INSERT INTO pos(id, off, len) VALUES (1000000, 0, 1)")  # a row the clear missed
+
+    monkeypatch.setattr(CatalogIndex, "_clear", clear_but_pos)
+    scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    assert catalog.search("entry", limit=5) == scan.search("entry", limit=5)
+    assert not catalog.index_path.exists()

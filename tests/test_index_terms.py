@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 import sqlite3
 from pathlib import Path
 
@@ -100,6 +102,25 @@ def test_pieces_and_marks_of_tokens() -> None:
     assert piece_parts("z.d") == (("z", ENDS), ("d", STARTS))
     assert piece_parts("__new__") == (("new", WHOLE),) and piece_parts("plain") == (("plain", INSIDE),)
     assert not is_whole_piece("src/") and is_whole_piece("straße")
+
+
+def _marks_by_regex(text: str) -> str:
+    """The plain definition marks_text must equal: each mark once, each pair of marks side by side."""
+    singles = {f"x{ord(char):02x}" for char in text if char in MARK_CHARS}
+    pairs = {
+        f"x{ord(a):02x}x{ord(b):02x}"
+        for run in re.findall("[" + re.escape("".join(sorted(MARK_CHARS))) + "]{2,}", text)
+        for a, b in itertools.pairwise(run)
+    }
+    return " ".join(sorted(singles | pairs))
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=TEXT | st.text(max_size=60))
+def test_marks_found_on_the_bytes_are_the_marks_of_the_text(text: str) -> None:
+    # Any text, lone surrogates and NUL among them: a non-ASCII character or a surrogate
+    # between two marks must keep them from pairing.
+    assert marks_text(text) == _marks_by_regex(text)
 
 
 def test_marks_are_the_ascii_separators_a_token_can_hold() -> None:

@@ -105,15 +105,27 @@ def token_marks(token: str) -> tuple[str, ...]:
     return tuple(sorted({_MARK_TERM[char] for char in set(token) & MARK_CHARS} | _pairs(token)))
 
 
+_MARKS_ONLY = bytes(code if code < 128 and chr(code) in MARK_CHARS else 0x20 for code in range(256))
+"""Every byte but a mark made a space: the runs of marks side by side are then its words."""
+_PAIR_TERM = {(a, b): term_a + term_b for a, term_a in _BYTE_TERM.items() for b, term_b in _BYTE_TERM.items()}
+
+
 def marks_text(text: str) -> str:
     """A column's marks, as the text of its marks column (space-separated terms)."""
     # Deleting every byte but the marks is one C pass; most texts have few of them.
-    kept = text.encode("utf-8", "surrogatepass").translate(None, _NOT_MARKS)
+    data = text.encode("utf-8", "surrogatepass")
+    kept = data.translate(None, _NOT_MARKS)
     if not kept:
         return ""
     found = set(map(_BYTE_TERM.__getitem__, set(kept)))
     if len(kept) > 1:
-        found |= _pairs(text)
+        # The pairs of :func:`_pairs`, found on the bytes: a mark is one ASCII byte and any
+        # other character at least one byte that is not, so marks side by side in the text
+        # are side by side here (1.7x faster per text than the regex over the str; a build
+        # files two texts per entry).
+        for run in data.translate(_MARKS_ONLY).split():
+            if len(run) > 1:
+                found.update(map(_PAIR_TERM.__getitem__, itertools.pairwise(run)))
     return " ".join(sorted(found))
 
 
