@@ -336,3 +336,15 @@ def test_a_set_the_walk_would_leave_to_the_fallback_is_fetched_once(
     if fallback_cap > 600:
         narrow = [step for step in catalog.explain("-memo").steps if step.step == "narrow"]
         assert narrow[0].candidates == 600 and "the fallback's set" in narrow[0].outcome
+    # A token whose columns are both few is answered by expanding each (as before): kept.
+    monkeypatch.setattr(search, "CANDIDATE_CAP", 1000)
+    fetches.clear()
+    expansions.clear()
+    assert catalog.search("-memo", limit=10) == reference_search(catalog.path, "-memo", 10)
+    assert fetches == [None] and len(expansions) == 2, (fetches, expansions)
+    monkeypatch.setattr(search, "CANDIDATE_CAP", 3)
+    # A lone token's walk first probes without its filter (a dense token's walk ends there): kept.
+    monkeypatch.setattr(search, "PROBE_FILTER_ROWS", 0)
+    walks = _Walks(monkeypatch)
+    assert catalog.search("-memo", limit=10) == reference_search(catalog.path, "-memo", 10)
+    assert walks.calls[:1] == [(0, None)], walks.calls

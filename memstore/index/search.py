@@ -535,12 +535,14 @@ class Planner:
     def _fallback_first(self) -> bool:
         """Whether the plan would reach the walk only to skip it for the fallback (see _filters_outlast).
 
-        Not when a filter, a large limit or a token whose columns are both few would answer first.
+        Not when a filter, a large limit, a token whose columns are both few or the walk's probe
+        (which often ends a dense token's walk at once) would answer first.
         """
         return (
             not self.q.filtered
             and self.k * ONE_PASS_SHARE < self.total_rows
             and not any(self._expandable(found.content) and self._expandable(found.tags) for found in self.terms)
+            and not self._probe_first()
             and self._filters_outlast(WALK_SECONDS)
         )
 
