@@ -147,12 +147,8 @@ class SqliteSearch:
         return self._score_listed(fetched.held, k)
 
     def _score_listed(self, ids: str, k: int) -> list[Hit]:
-        """Score the rows of a JSON list of distinct ids (FTS5 rowids of one query, or a set's).
-
-        The list drives a join, read in its own order: ``d.id IN (SELECT ...)`` would first copy
-        it into a temporary index (about a fifth of the statement's time at 5,000 rows).
-        """
-        sql = f"{self.select} FROM json_each(:ids) j CROSS JOIN doc d ON d.id = j.value WHERE {self.match_sql}"
+        """Score the rows of a JSON list of ids."""
+        sql = f"{self.select} FROM doc d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {self.match_sql}"
         return self._hits(sql + self.order, ids=ids, k=k)
 
     def restricted(self, cap: int, k: int) -> list[Hit] | None:
