@@ -557,7 +557,7 @@ class Planner:
         column = found.content if kind == CONTENT else found.tags
         if column.impossible:
             return set()
-        if column.match is None or column.rows >= self.cap or term_count(column.match) > MATCH_TERMS:
+        if column.match is None or not self._expandable(column):
             return None
         return self._expand_ids(found.token, kind, column.match)
 
