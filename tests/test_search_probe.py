@@ -283,3 +283,68 @@ def test_a_wrong_vocabulary_count_changes_the_plan_never_the_answer(
     for limit in (1, 2, 50):
         assert catalog.search("common", limit=limit) == reference_search(catalog.path, "common", limit)
     assert scored and all(hits is None for hits in scored), "the walk gave up; the set, fetched at last, was too large"
+
+
+def _marked_catalog(root: Path) -> MemoryCatalog:
+    """'-memo' (a mark next to a piece, which the word index cannot place): 'memo' and '-' share
+    600 rows, of which 200 hold '-memo' itself, some in the tags, with bonus classes and ties."""
+    catalog = MemoryCatalog(root)
+    lines = []
+    for i in range(3000):
+        if i % 5 == 0:
+            content = f"common-memo{i % 3} row{i}" if i % 3 else f"memo{i % 7} - row{i}"
+        else:
+            content = f"common row{i}"
+        tags = ["auto-curated"] if i % 97 == 0 else (["x-memo"] if i % 15 == 5 else ["misc"])
+        entry = {"memory_id": f"m{i}", "content": content, "tags": tags, "created_at": STAMPS[i % 3]}
+        lines.append(json.dumps(entry, sort_keys=True))
+    write_raw(catalog.path, ("\n".join(lines) + "\n").encode())
+    return catalog
+
+
+@pytest.mark.parametrize("fallback_cap", [30_000, 50])
+def test_a_set_the_walk_would_leave_to_the_fallback_is_fetched_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fallback_cap: int
+) -> None:
+    """When the walk's filter would outlast its budget, the walk goes straight to the fallback,
+    which fetches the set the narrow step fetched already: the narrow step fetches it once with
+    the fallback's cap and scores it (no expansions, no second fetch); when even that cap is too
+    small, the fallback does not try again and the walk carries on.  Answers stay the scan's."""
+    catalog = _marked_catalog(tmp_path)
+    catalog.search("common")
+    for name, value in {"CANDIDATE_CAP": 3, "DIRECT_ROWS": 3, "SET_ROWS": 3, "FILTER_ROW_SECONDS": 1.0}.items():
+        monkeypatch.setattr(search, name, value)
+    monkeypatch.setattr(search, "FALLBACK_CAP", fallback_cap)
+    expansions: list[object] = []
+    real_ids = SqliteSearch.ids
+
+    def ids(queries: SqliteSearch, match: search.Match, cap: int) -> set[int] | None:
+        expansions.append(match)
+        return real_ids(queries, match, cap)
+
+    monkeypatch.setattr(SqliteSearch, "ids", ids)
+    fetches = _fetches(monkeypatch)
+    for query in ("-memo", "-memo row1", "-memo common", "common-memo"):
+        for limit in (1, 10):
+            fetches.clear()
+            expansions.clear()
+            assert catalog.search(query, limit=limit) == reference_search(catalog.path, query, limit), (query, limit)
+            if fallback_cap > 600 and query == "-memo":
+                assert fetches == [600] and expansions == [], (fetches, expansions)
+            if fallback_cap == 50 and query == "-memo":
+                assert fetches == [None], fetches
+    if fallback_cap > 600:
+        narrow = [step for step in catalog.explain("-memo").steps if step.step == "narrow"]
+        assert narrow[0].candidates == 600 and "the fallback's set" in narrow[0].outcome
+    # A token whose columns are both few is answered by expanding each (as before): kept.
+    monkeypatch.setattr(search, "CANDIDATE_CAP", 1000)
+    fetches.clear()
+    expansions.clear()
+    assert catalog.search("-memo", limit=10) == reference_search(catalog.path, "-memo", 10)
+    assert fetches == [None] and len(expansions) == 2, (fetches, expansions)
+    monkeypatch.setattr(search, "CANDIDATE_CAP", 3)
+    # A lone token's walk first probes without its filter (a dense token's walk ends there): kept.
+    monkeypatch.setattr(search, "PROBE_FILTER_ROWS", 0)
+    walks = _Walks(monkeypatch)
+    assert catalog.search("-memo", limit=10) == reference_search(catalog.path, "-memo", 10)
+    assert walks.calls[:1] == [(0, None)], walks.calls

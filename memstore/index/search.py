@@ -370,6 +370,8 @@ class Planner:
         self.terms: list[TokenTerms] = []
         self.narrowed: tuple[Match, Fetched] | None = None
         """A superset of the matching rows, found by the narrow step: the walk reads only these."""
+        self.fallback_too_many = False
+        """The fallback's set was fetched by the narrow step already and held FALLBACK_CAP rows or more."""
 
     # ------------------------------------------------------------------ the plan
 
@@ -474,9 +476,19 @@ class Planner:
             label = f"{len(small)} tokens together" if len(small) > 1 else f"the parts of {first!r}"
             exact = all(self.terms[index].parts == 1 for index, _whole in small)
             options.append((all_of([whole for _index, whole in small]), label, exact, None))
+        fallback = self._fallback_match() if self._fallback_first() else None
         for match, label, exact, counted in options:
             if exact and counted is not None and counted >= self.direct:
                 fetched: Fetched | None = self._narrow_counted(match, label, counted)
+            elif match == fallback and self.narrowed is None:
+                # The walk would go straight to the fallback, which fetches this very set again with
+                # its larger cap: fetch it once with that cap, and score it here when it is large.
+                fetched = self._narrow_rows(match, label, cap=FALLBACK_CAP)
+                if fetched is None:
+                    self.fallback_too_many = True
+                    continue
+                if fetched.rows >= SET_ROWS:
+                    return self._score_fetched(fetched)
             else:
                 fetched = self._narrow_rows(match, label)
             if fetched is None:
@@ -520,12 +532,32 @@ class Planner:
         built = self.q.walk_builds_filters and self.narrowed is None
         return built and self._filter_rows() * FILTER_ROW_SECONDS >= budget > 0
 
+    def _fallback_first(self) -> bool:
+        """Whether the plan would reach the walk only to skip it for the fallback (see _filters_outlast).
+
+        Not when a filter, a large limit, a token whose columns are both few or the walk's probe
+        (which often ends a dense token's walk at once) would answer first.
+        """
+        return (
+            not self.q.filtered
+            and self.k * ONE_PASS_SHARE < self.total_rows
+            and not any(self._expandable(found.content) and self._expandable(found.tags) for found in self.terms)
+            and not self._probe_first()
+            and self._filters_outlast(WALK_SECONDS)
+        )
+
+    def _expandable(self, column: Column) -> bool:
+        """Whether _expand_column may give this column's rows (from the bounds alone, no SQL)."""
+        if column.impossible:
+            return True
+        return column.match is not None and column.rows < self.cap and term_count(column.match) <= MATCH_TERMS
+
     def _expand_column(self, found: TokenTerms, kind: int) -> set[int] | None:
         """The rows holding the token in this column when few (empty when it cannot be there)."""
         column = found.content if kind == CONTENT else found.tags
         if column.impossible:
             return set()
-        if column.match is None or column.rows >= self.cap or term_count(column.match) > MATCH_TERMS:
+        if column.match is None or not self._expandable(column):
             return None
         return self._expand_ids(found.token, kind, column.match)
 
@@ -554,8 +586,8 @@ class Planner:
     def _mark(self, code: str, kind: int) -> TermSet:
         return self.q.mark(code, kind)
 
-    def _narrow_rows(self, match: Match, _label: str) -> Fetched | None:
-        return self.q.fetch(match, SET_ROWS)
+    def _narrow_rows(self, match: Match, _label: str, *, cap: int | None = None) -> Fetched | None:
+        return self.q.fetch(match, SET_ROWS if cap is None else cap)
 
     def _narrow_counted(self, _match: Match, _label: str, rows: int) -> Fetched:
         """The set of one term, by its vocabulary count alone: fetched only if it is scored."""
@@ -631,7 +663,7 @@ class Planner:
             # A walk over few rows that cannot stop early: scoring them all costs less.
             top.offer_all(narrowed)
             return
-        fallback = self._fallback_match()
+        fallback = None if self.fallback_too_many else self._fallback_match()
         if fallback is not None:
             fetched = self._fallback_rows(fallback)
             if fetched is not None:

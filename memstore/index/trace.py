@@ -171,15 +171,20 @@ class TracedPlanner(Planner):
             step.outcome = f"in at most {found.rows} rows" if found.terms else "in no row"
         return found
 
-    def _narrow_rows(self, match: Match, label: str) -> Fetched | None:
+    def _narrow_rows(self, match: Match, label: str, *, cap: int | None = None) -> Fetched | None:
         self._phase = "narrow"
         with self.trace.timed("narrow", f"rows of {label} in the word index") as step:
-            fetched = super()._narrow_rows(match, label)
+            fetched = super()._narrow_rows(match, label, cap=cap)
             if fetched is None:
-                step.outcome = f"too many (at least {search.SET_ROWS})"
+                step.outcome = f"too many (at least {search.SET_ROWS if cap is None else cap})"
             else:
                 step.candidates = fetched.rows
-                step.outcome = "few: scored outright" if fetched.rows < self.direct else f"fewer than {search.SET_ROWS}"
+                if fetched.rows >= search.SET_ROWS:
+                    step.outcome = f"fewer than {cap}: the fallback's set, scored outright"
+                elif fetched.rows < self.direct:
+                    step.outcome = "few: scored outright"
+                else:
+                    step.outcome = f"fewer than {search.SET_ROWS}"
         return fetched
 
     def _narrow_counted(self, match: Match, label: str, rows: int) -> Fetched:
