@@ -84,3 +84,51 @@ def test_a_lock_taken_after_a_fork_by_a_thread_waiting_at_the_fork_dies_with_the
         assert _free_by_name(lock_path)
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+_FORK_WHILE_OPENING = """
+import fcntl, os, signal, sys, time
+from memstore import group_commit
+from memstore.catalog import MemoryCatalog
+
+real_open = group_commit.open_for_append
+children = []
+
+def forking_open(*args, **kwargs):
+    # Another thread of the application forks between the sync lock's open and the file's.
+    child = os.fork()
+    if child == 0:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        time.sleep(60)
+        os._exit(0)
+    children.append(child)
+    return real_open(*args, **kwargs)
+
+group_commit.open_for_append = forking_open
+catalog = MemoryCatalog(sys.argv[1])
+catalog.add("first")
+group_commit.open_for_append = real_open
+(group,) = catalog._commits.values()
+(kept,) = group._idle
+fcntl.flock(kept.sync_fd, fcntl.LOCK_EX)  # as a torn-record repair or a failed fsync's record takes it
+print(children[0], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # killed while it holds the sync lock
+"""
+
+
+def test_a_child_forked_while_the_group_commit_opens_its_descriptors_does_not_share_the_sync_lock(
+    tmp_path: Path,
+) -> None:
+    """The sync lock's descriptor was hidden only once the file's was open too: a child forked in
+    between kept the sync lock's description, and the parent's lock on it outlived the parent."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_WHILE_OPENING, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    child = int(done.stdout)
+    try:
+        assert _free_by_name(tmp_path / ".teaagent" / "memory.sync.lock")
+    finally:
+        os.kill(child, signal.SIGKILL)
