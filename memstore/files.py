@@ -180,14 +180,16 @@ class FileLock:
             local.kept = None
             if kept.pid == os.getpid():
                 fd = kept.take()
+                # Hidden while this thread waits too: a child forked meanwhile would share the lock taken next.
+                hide_from_children(fd)
                 self._lock(fd, wait)
                 if self._names(kept.key):
                     local.fd, local.pid, local.key = fd, kept.pid, kept.key
-                    hide_from_children(fd)
                     return
                 # Deleted, replaced or moved since it was opened: a lock nobody who opens the name sees.
                 with contextlib.suppress(OSError):
                     fcntl.flock(fd, fcntl.LOCK_UN)
+                unhide_from_children(fd)
                 os.close(fd)
             # A forked child's copy shares the parent's file description: closed (dropped), never unlocked.
         try:
@@ -195,11 +197,11 @@ class FileLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._mode)
         except OSError as exc:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.path}: {exc.strerror}") from exc
+        hide_from_children(fd)
         self._lock(fd, wait)
         local.fd = fd
         local.pid = os.getpid()
         local.key = None
-        hide_from_children(fd)
 
     def _names(self, key: tuple[int, int] | None) -> bool:
         """Whether the lock's path still names the file of ``key`` (device, inode).
@@ -227,9 +229,12 @@ class FileLock:
                     if deadline is None or time.monotonic() >= deadline:
                         raise
                     time.sleep(LOCK_POLL_SECONDS)
-        except OSError as exc:
+        except BaseException as exc:
+            unhide_from_children(fd)
             os.close(fd)
-            raise LockError(exc.errno or errno.EIO, f"cannot lock {self.path}: {exc.strerror}") from exc
+            if isinstance(exc, OSError):
+                raise LockError(exc.errno or errno.EIO, f"cannot lock {self.path}: {exc.strerror}") from exc
+            raise
 
     def release(self) -> None:
         local = self._local

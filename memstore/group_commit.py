@@ -112,14 +112,16 @@ class GroupCommit:
             # rewrite replaced frees all of its blocks, which can take a while.
             self._retired.append(held)
         sync_fd = self._open_sync()
+        # Hidden from the open on: a child forked before _Descriptors would share the sync lock.
+        hide_from_children(sync_fd)
         try:
             fd, created = open_for_append(self.path, self._mode)
-        except StorageError:
+        except BaseException as exc:
+            unhide_from_children(sync_fd)
             os.close(sync_fd)
+            if isinstance(exc, OSError) and not isinstance(exc, StorageError):
+                raise storage_error("open", self.path, exc) from exc
             raise
-        except OSError as exc:
-            os.close(sync_fd)
-            raise storage_error("open", self.path, exc) from exc
         return _Descriptors(fd, sync_fd), created
 
     def _checkin(self, held: _Descriptors) -> None:
