@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import multiprocessing
 import os
 import stat
@@ -28,6 +27,7 @@ from memstore.files import (
     open_for_read,
     remove_stale_temps,
 )
+from tests.lock_probe import lock_is_free
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -47,20 +47,8 @@ def temp_files(directory: Path) -> list[str]:
 # ---------------------------------------------------------------- FileLock
 
 
-def _try_lock_nonblocking(path: str) -> bool:
-    """In a spawned child: can we take the lock right now?"""
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
 def _child_try_lock(path: str, queue: multiprocessing.Queue[bool]) -> None:
-    queue.put(_try_lock_nonblocking(path))
+    queue.put(lock_is_free(path))
 
 
 def _run_child_try_lock(path: Path) -> bool:

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import functools
 import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,18 +15,7 @@ from memstore import catalog_rewrite, jsonl
 from memstore.catalog import MemoryCatalog
 from memstore.files import FileLock
 from memstore.kept_copy import KeptCopy
-
-
-def _free_by_name(path: Path) -> bool:
-    """Whether a new descriptor opened on ``path`` can take the lock now (as another process would)."""
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+from tests.lock_probe import free_after_a_killed_parent, lock_is_free
 
 
 @pytest.mark.parametrize("how", ["renamed", "hard-linked then unlinked"])
@@ -48,7 +33,7 @@ def test_a_kept_lock_descriptor_is_dropped_when_the_name_points_elsewhere(tmp_pa
         os.unlink(lock_path)
     lock_path.write_bytes(b"")  # a new lock file at the name, which every other process opens
     with lock:
-        assert not _free_by_name(lock_path)  # the lock held is the one at the name
+        assert not lock_is_free(lock_path)  # the lock held is the one at the name
 
 
 _FORK_THEN_DIE = """
@@ -80,15 +65,7 @@ def test_a_process_killed_holding_the_lock_releases_it_though_it_forked_earlier(
     """A forked child inherits the kept descriptor (its file description): were it left open there, the
     parent's flock on that description would outlive the parent, and every writer would wait forever."""
     lock_path = tmp_path / "memory.jsonl.lock"
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_THEN_DIE, str(lock_path), at_fork], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    child = int(done.stdout)
-    try:
-        assert _free_by_name(lock_path)
-    finally:
-        os.kill(child, signal.SIGKILL)
+    assert free_after_a_killed_parent(_FORK_THEN_DIE, str(lock_path), at_fork, lock=lock_path)
 
 
 def _entry_line(memory_id: str, content: str, branch: str) -> bytes:
@@ -181,15 +158,9 @@ def test_a_process_killed_holding_the_sync_lock_releases_it_though_it_forked_ear
     """The group commit keeps the sync lock's descriptor between adds; a child forked meanwhile must not
     share its description, or the parent's flock on it would outlive the parent and block every writer
     that repairs or records through the sync lock."""
-    done = subprocess.run(
-        [sys.executable, "-c", _ADD_FORK_THEN_DIE, str(tmp_path)], capture_output=True, text=True, timeout=60
+    assert free_after_a_killed_parent(
+        _ADD_FORK_THEN_DIE, str(tmp_path), lock=tmp_path / ".teaagent" / "memory.sync.lock"
     )
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    child = int(done.stdout)
-    try:
-        assert _free_by_name(tmp_path / ".teaagent" / "memory.sync.lock")
-    finally:
-        os.kill(child, signal.SIGKILL)
     catalog = MemoryCatalog(tmp_path)
     assert [entry.content for entry in catalog.list()] == ["second", "first"]
 

@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-
-def _free_by_name(path: Path) -> bool:
-    """Whether a new descriptor opened on ``path`` can take the lock now (as another process would)."""
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
+from tests.lock_probe import free_after_a_killed_parent
 
 _FORK_WHILE_WAITING = """
 import fcntl, os, signal, sys, threading, time
@@ -72,18 +56,7 @@ def test_a_lock_taken_after_a_fork_by_a_thread_waiting_at_the_fork_dies_with_the
     Hidden only once locked, that copy stayed the parent's file description in the child, so the
     lock the parent took next outlived it and every writer waited for the child to exit."""
     lock_path = tmp_path / "memory.jsonl.lock"
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_WHILE_WAITING, str(lock_path), descriptor],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    child = int(done.stdout)
-    try:
-        assert _free_by_name(lock_path)
-    finally:
-        os.kill(child, signal.SIGKILL)
+    assert free_after_a_killed_parent(_FORK_WHILE_WAITING, str(lock_path), descriptor, lock=lock_path)
 
 
 _FORK_WHILE_OPENING = """
@@ -123,12 +96,6 @@ def test_a_child_forked_while_the_group_commit_opens_its_descriptors_does_not_sh
 ) -> None:
     """The sync lock's descriptor was hidden only once the file's was open too: a child forked in
     between kept the sync lock's description, and the parent's lock on it outlived the parent."""
-    done = subprocess.run(
-        [sys.executable, "-c", _FORK_WHILE_OPENING, str(tmp_path)], capture_output=True, text=True, timeout=60
+    assert free_after_a_killed_parent(
+        _FORK_WHILE_OPENING, str(tmp_path), lock=tmp_path / ".teaagent" / "memory.sync.lock"
     )
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    child = int(done.stdout)
-    try:
-        assert _free_by_name(tmp_path / ".teaagent" / "memory.sync.lock")
-    finally:
-        os.kill(child, signal.SIGKILL)
