@@ -53,6 +53,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Generic, TypeVar
 
 from memstore.append_chain import CHAIN_BYTES, CHAIN_OFFSET, AppendChain, sync_lock_path
 from memstore.errors import LockError, StorageError
@@ -74,6 +75,8 @@ from memstore.sync_record import NEVER, RECORD_BYTES, SyncRecord, Verdict
 
 log = LazyLogger(__name__)
 
+T = TypeVar("T")
+
 IDLE_DESCRIPTORS = 4
 """Descriptor pairs a group keeps for later appends: one per thread appending at once, up to this."""
 
@@ -87,7 +90,8 @@ class GroupCommit:
         self._mode = mode
         self._idle: list[_Descriptors] = []
         self._retired: list[_Descriptors] = []
-        self._parsed = _Parsed()
+        self._records = _LastParsed(SyncRecord.unpack)
+        self._chains = _LastParsed(AppendChain.unpack)
 
     # ------------------------------------------------------------- descriptors kept between appends
 
@@ -112,7 +116,7 @@ class GroupCommit:
             # rewrite replaced frees all of its blocks, which can take a while.
             self._retired.append(held)
         sync_fd = self._open_sync()
-        # Hidden from the open on: a child forked before _Descriptors would share the sync lock.
+        # Hidden from the open on: a child forked while the file opens would share the sync lock.
         hide_from_children(sync_fd)
         try:
             fd, created = open_for_append(self.path, self._mode)
@@ -122,6 +126,7 @@ class GroupCommit:
             if isinstance(exc, OSError) and not isinstance(exc, StorageError):
                 raise storage_error("open", self.path, exc) from exc
             raise
+        hide_from_children(fd)
         return _Descriptors(fd, sync_fd), created
 
     def _checkin(self, held: _Descriptors) -> None:
@@ -226,7 +231,7 @@ class GroupCommit:
                 before = None
             extended = AppendChain.after_append(chain, before, after)
             # The sync lock was proven linked nowhere else when this append took its descriptors.
-            self._parsed.chain = (extended.write(sync_fd, checked=True), extended)
+            self._chains.remember(extended.write(sync_fd, checked=True), extended)
 
     def cut_torn_tail(self, *, is_whole: Callable[[bytes], bool]) -> Path | None:
         """Set aside an unterminated last line ``is_whole`` rejects; the caller holds the writer lock.
@@ -288,8 +293,8 @@ class GroupCommit:
             block = os.pread(sync_fd, CHAIN_OFFSET + CHAIN_BYTES, 0)
         except OSError:
             block = None
-        record = None if block is None else self._parsed.record_of(block[:RECORD_BYTES])
-        chain = None if block is None else self._parsed.chain_of(block[CHAIN_OFFSET:])
+        record = None if block is None else self._records.of(block[:RECORD_BYTES])
+        chain = None if block is None else self._chains.of(block[CHAIN_OFFSET:])
         if block is not None and record is not None and not record.reaches_past(st.st_dev, st.st_ino, size):
             return record, chain, block[:RECORD_BYTES]
         with _Locked(sync_fd, self.sync_path):
@@ -352,7 +357,7 @@ class GroupCommit:
             data = None
         if data is not None and data == pending.seen_record:
             return None
-        record = None if data is None else self._parsed.record_of(data)
+        record = None if data is None else self._records.of(data)
         if record is None:  # torn by a writer updating it: read again under the lock
             with _Locked(pending.sync_fd, self.sync_path):
                 record = SyncRecord.read(pending.sync_fd) or SyncRecord()
@@ -425,41 +430,41 @@ def _lost(path: Path) -> StorageError:
     return storage_error("fsync", path, OSError(errno.EIO, "an fsync this append waited on failed: it may be lost"))
 
 
-class _Parsed:
-    """The last record and chain bytes this group parsed, with what they said: not parsed again.
+class _LastParsed(Generic[T]):
+    """The last bytes of one kind (sync record, append chain) this group parsed, with what they
+    said: bytes that come back unchanged are not parsed again.
 
     Most appends find the block as the last one left it (their own chain, an unchanged
     record).  The objects kept here are only read, never updated: an update reads the
-    record afresh under the sync lock.  Each pair is replaced whole, so threads sharing
-    the group see one pair or the other.
+    record afresh under the sync lock.  The pair is replaced whole, so threads sharing the
+    group see one pair or the other.
     """
 
-    __slots__ = ("chain", "record")
+    __slots__ = ("_kept", "_unpack")
 
-    def __init__(self) -> None:
-        self.record: tuple[bytes, SyncRecord] | None = None
-        self.chain: tuple[bytes, AppendChain | None] | None = None
+    def __init__(self, unpack: Callable[[bytes], T | None]) -> None:
+        self._unpack = unpack
+        self._kept: tuple[bytes, T | None] | None = None
 
-    def record_of(self, data: bytes) -> SyncRecord | None:
-        kept = self.record
+    def of(self, data: bytes) -> T | None:
+        kept = self._kept
         if kept is not None and kept[0] == data:
             return kept[1]
-        record = SyncRecord.unpack(data)
-        if record is not None:
-            self.record = (data, record)
-        return record
+        value = self._unpack(data)
+        self._kept = (data, value)
+        return value
 
-    def chain_of(self, data: bytes) -> AppendChain | None:
-        kept = self.chain
-        if kept is not None and kept[0] == data:
-            return kept[1]
-        chain = AppendChain.unpack(data)
-        self.chain = (data, chain)
-        return chain
+    def remember(self, data: bytes, value: T) -> None:
+        """``data`` is what this group just wrote for ``value``."""
+        self._kept = (data, value)
 
 
 class _Descriptors:
-    """A file's append descriptor and its sync lock's, opened together by one process."""
+    """A file's append descriptor and its sync lock's, opened together by one process.
+
+    Kept between appends, so the opener hides both from forked children
+    (:func:`hide_from_children`) as it opens them; :meth:`close` undoes that.
+    """
 
     __slots__ = ("fd", "key", "pid", "sync_fd", "sync_key")
 
@@ -467,9 +472,6 @@ class _Descriptors:
         self.fd = fd
         self.sync_fd = sync_fd
         self.pid = os.getpid()
-        # Kept between appends, so a child forked meanwhile must not keep the sync lock's description.
-        hide_from_children(fd)
-        hide_from_children(sync_fd)
         try:
             st, ss = os.fstat(fd), os.fstat(sync_fd)
         except OSError:

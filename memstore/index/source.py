@@ -92,15 +92,8 @@ class Change(Enum):
     REPLACED = "replaced"
 
 
-SOURCE_COLUMNS = (
-    "name, dev, ino, size, mtime_ns, ctime_ns, indexed_to, tail_end, head_hash, edge_hash, body_hash,"
-    " recorded_ns, rows, corrupt, blank"
-)
-"""The columns of the ``source`` table, in :class:`SourceState`'s field order."""
-
-
 class SourceState(NamedTuple):
-    """One row of the ``source`` table."""
+    """One row of the ``source`` table: its fields are the table's columns, in order."""
 
     name: str
     dev: int
@@ -124,12 +117,8 @@ class SourceState(NamedTuple):
         return None if row is None else cls(*row)
 
     def save(self, conn: sqlite3.Connection) -> None:
-        values = (
-            self.name, self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns, self.indexed_to, self.tail_end,
-            self.head_hash, self.edge_hash, self.body_hash, self.recorded_ns, self.rows, self.corrupt, self.blank,
-        )  # fmt: skip
-        marks = ",".join("?" * len(values))
-        conn.execute(f"INSERT OR REPLACE INTO source({SOURCE_COLUMNS}) VALUES ({marks})", values)
+        marks = ",".join("?" * len(self))
+        conn.execute(f"INSERT OR REPLACE INTO source({SOURCE_COLUMNS}) VALUES ({marks})", self)
 
     @staticmethod
     def forget(conn: sqlite3.Connection, name: str) -> None:
@@ -310,6 +299,10 @@ class SourceState(NamedTuple):
         if prefix is None:
             return Change.REPLACED, None
         return Change.GROWN, prefix
+
+
+SOURCE_COLUMNS = ", ".join(SourceState._fields)
+"""The columns of the ``source`` table."""
 
 
 def record_state(conn: sqlite3.Connection, name: str, state: SourceState | None) -> bool:
