@@ -385,13 +385,13 @@ class TeamIndex:
                 # first MAX_SQL_TOKENS, so those rows are found in SQL and checked here in full.
                 some = sorted(set(tokens))[:MAX_SQL_TOKENS]
                 for key, entry in self._entries(
-                    conn, planner(PgSearch(conn, some, parts=parts), some, total, total).run(), parts
+                    conn, planner(PgSearch(conn, some, parts=parts, k=total), some, total, total).run(), parts
                 ):
                     if memory_matches(entry, tokens):
                         known[key] = entry
                         hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, key))
             elif sql_tokens(tokens):
-                hits = planner(PgSearch(conn, tokens, parts=parts), tokens, limit, total).run()
+                hits = planner(PgSearch(conn, tokens, parts=parts, k=limit), tokens, limit, total).run()
         # Odd rows (what SQL cannot hold exactly) are scored here, from the bytes the file held; the
         # same statement brings the stored lines of the best SQL hits (one round trip for both).
         first = [hit for hit in sorted(hits, key=Hit.sort_key)[:limit] if hit.row_id not in known]

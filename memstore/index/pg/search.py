@@ -20,10 +20,11 @@ source registration order, then line order, which is the union's file order.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -94,9 +95,10 @@ class PgSearch:
     walk_builds_filters = False
     """A filter is a condition on each row the walk index brings (sorts and bitmaps are off)."""
 
-    def __init__(self, conn: PgConn, tokens: Sequence[str], *, parts: Mapping[int, int]) -> None:
-        """``parts`` maps each chosen source's sid to its current partition."""
+    def __init__(self, conn: PgConn, tokens: Sequence[str], *, parts: Mapping[int, int], k: int) -> None:
+        """``parts`` maps each chosen source's sid to its current partition; ``k`` is the planner's limit."""
         self.conn = conn
+        self.k = k
         self.parts = dict(parts)
         self.base: dict[str, Any] = {"parts": sorted(self.parts.values()), "sids": sorted(self.parts)}
         counts = Counter(tokens)
@@ -109,7 +111,8 @@ class PgSearch:
             f" + {TAG_POINTS * m} * (strpos(d.t, %(p{i})s) > 0)::int"
             for i, m in enumerate(counts.values())
         )
-        self.select = f"SELECT {KEY_SQL} AS key, {score} + d.bonus AS s, d.created_at"
+        self.score = f"{score} + d.bonus"
+        self.select = f"SELECT {KEY_SQL} AS key, {self.score} AS s, d.created_at"
         self.term_ids: dict[tuple[int, str], int] = {}
         """(kind, text) -> vocabulary id, for every term a lookup returned."""
         self.settings: dict[str, str] = {}
@@ -198,7 +201,7 @@ class PgSearch:
 
     def ids(self, match: Match, cap: int) -> set[int] | None:
         params: dict[str, Any] = {"cap": cap}
-        where = self._where(match, params)
+        where = self._where(spread(match), params)
         self._set(enable_seqscan="off")
         rows = self._rows(f"SELECT {KEY_SQL} FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s", params)
         if len(rows) >= cap:
@@ -206,16 +209,28 @@ class PgSearch:
         return {int(row[0]) for row in rows}
 
     def fetch(self, match: Match, cap: int) -> Fetched | None:
-        """Counted, and held as its expression: scoring evaluates it again, in the same snapshot.
+        """Counted and scored in one pass: the best ``k`` matching rows come back with the count.
 
-        Fetching the keys instead would bring every row into Python to send it back.
+        Counting reads every candidate's heap page anyway; a second statement to score them read
+        them all again (docs/postgres-notes.md §10).  Fetching the keys instead would bring every
+        row into Python to send it back.
         """
-        params: dict[str, Any] = {"cap": cap}
-        where = self._where(match, params)
+        params: dict[str, Any] = {"cap": cap, "k": self.k}
+        where = self._where(spread(match), params)
         self._set(enable_seqscan="off")
-        sql = f"SELECT count(*) FROM (SELECT 1 FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s) x"
-        count = int(self._rows(sql, params)[0][0])
-        return None if count >= cap else Fetched(count, match)
+        sql = (
+            # The rows' text is held, not scored, until the count is known: a set found too large is not scored.
+            "WITH c AS MATERIALIZED (SELECT d.sid, d.id, d.c, d.t, d.created_at, d.bonus"
+            f" FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s)"
+            " SELECT n.n, h.key, h.s, h.created_at FROM (SELECT count(*) AS n FROM c) n LEFT JOIN LATERAL"
+            f" ({self.select} FROM c d WHERE n.n < %(cap)s AND {self.match_sql}{ORDER}) h ON true"
+        )
+        rows = self._rows(sql, params)
+        count = int(rows[0][0])
+        if count >= cap:
+            return None
+        hits = [Hit(int(score), str(created_at), int(key)) for _n, key, score, created_at in rows if key is not None]
+        return Fetched(count, _Held(match, hits))
 
     # ------------------------------------------------------------------ exact scoring
 
@@ -231,10 +246,12 @@ class PgSearch:
         return self._hits(sql, {"kp": parts, "ki": row_ids, "k": k})
 
     def score_fetched(self, fetched: Fetched, k: int) -> list[Hit]:
-        match = fetched.held
-        assert isinstance(match, Has | AllOf | AnyOf), "fetched by another backend"
+        held = fetched.held
+        assert isinstance(held, _Held), "fetched by another backend"
+        if k <= self.k:
+            return held.hits[:k]
         params: dict[str, Any] = {"k": k}
-        where = self._where(match, params)
+        where = self._where(spread(held.match), params)
         self._set(enable_seqscan="off")
         sql = f"{self.select} FROM team_doc d WHERE d.part = ANY(%(parts)s) AND {where} AND {self.match_sql}{ORDER}"
         return self._hits(sql, params)
@@ -300,6 +317,52 @@ class PgSearch:
                 cursor.execute(_walk_end(before, timed=deadline is not None, failed=failed), prepare=False)
             cursor.close()
             self.settings = before
+
+
+class _Held(NamedTuple):
+    """A fetched set: its expression, and its best ``k`` matching rows, ordered (scored by the fetch)."""
+
+    match: Match
+    hits: list[Hit]
+
+
+SPREAD_ARMS = 4
+"""An AND over ORs is spread into at most this many arms (each arm a copy of the other parts)."""
+
+
+def spread(match: Match) -> Match:
+    """``match`` with each AND of plain parts and ORs spread into an OR of ANDs, for bitmap plans.
+
+    Given ``X AND (Y OR Z)`` with ``X`` and ``Y`` on the content array and ``Z`` on the tags,
+    PostgreSQL scans ``X AND Y`` in one index and ``Z`` alone, then filters ``X`` on the heap:
+    every row of ``Z`` is read (docs/postgres-notes.md §10).  ``(X AND Y) OR (X' AND Z)`` makes
+    each arm a bitmap AND.  ``X'`` lists the same terms in another order: an equal copy would be
+    factored back out of the arms by the planner.  The rows are the same either way.
+    """
+    if isinstance(match, Has):
+        return match
+    parts = tuple(spread(part) for part in match.parts)
+    if isinstance(match, AnyOf):
+        return AnyOf(parts)
+    ors = [part.parts for part in parts if isinstance(part, AnyOf)]
+    plain = tuple(part for part in parts if not isinstance(part, AnyOf))
+    arms = list(itertools.product(*ors))
+    if not ors or not plain or len(arms) > SPREAD_ARMS:
+        return AllOf(parts)
+    return AnyOf(tuple(AllOf(tuple(_variant(part, n) for part in (*plain, *arm))) for n, arm in enumerate(arms)))
+
+
+def _variant(match: Match, n: int) -> Match:
+    """The ``n``-th copy of ``match``: the same rows, each term list rotated by ``n`` (and padded
+    with a repeated term past its length), so no two copies are equal expressions."""
+    if isinstance(match, Has):
+        if not match.terms:
+            return match
+        turn = n % len(match.terms)
+        terms = match.terms[turn:] + match.terms[:turn] + match.terms[:1] * (n // len(match.terms))
+        return Has(match.kind, terms)
+    rebuilt = tuple(_variant(part, n) for part in match.parts)
+    return AllOf(rebuilt) if isinstance(match, AllOf) else AnyOf(rebuilt)
 
 
 WALK_SETTINGS = ("enable_seqscan", "enable_sort", "enable_bitmapscan")

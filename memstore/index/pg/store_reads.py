@@ -148,13 +148,13 @@ def _ranked(
             # Every row holding them: counted here, as the state's count is database input (rare path).
             counted = conn.execute("SELECT count(*) FROM team_doc WHERE part = %s", (source.part,)).fetchone()
             every = int(counted[0]) if counted is not None else 0
-            found = planner(PgSearch(conn, some, parts=parts), some, max(every, 1), every).run()
+            found = planner(PgSearch(conn, some, parts=parts, k=max(every, 1)), some, max(every, 1), every).run()
             for key, (off, entry) in _read(conn, fd, source, [hit.row_id for hit in found]).items():
                 if memory_matches(entry, tokens):
                     known[key] = (off, entry)
                     hits.append(Hit(memory_relevance_score(entry, tokens), entry.created_at, key))
         elif sql_tokens(tokens):
-            hits = planner(PgSearch(conn, tokens, parts=parts), tokens, k, total).run()
+            hits = planner(PgSearch(conn, tokens, parts=parts, k=k), tokens, k, total).run()
     # Odd rows (text SQL cannot hold exactly) are scored here, from the file's bytes.
     odd = conn.execute("SELECT id, off, len FROM team_doc WHERE part = %s AND odd ORDER BY id", (source.part,))
     for row_id, off, length in odd.fetchall():
