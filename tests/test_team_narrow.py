@@ -86,11 +86,13 @@ def test_one_term_copies_differ_by_a_repeated_term() -> None:
 
 def _corpus(team: Team) -> list[Any]:
     """'alpha' only in content; 'beta' in content for some rows and a tag for others: the narrow step
-    intersects the two tokens (an AND of a plain set and an OR), and scores the rows it fetched."""
+    intersects the two tokens (an AND of a plain set and an OR), and scores the rows it fetched.
+    'gamma' is one term in content only (75 rows a source): a set the vocabulary counts."""
     for number, catalog in enumerate(team.catalogs.values()):
         lines = []
         for n in range(300):
             content = f"row{n} " + ("alpha " if n % 3 else "") + ("beta " if n % 5 == 0 else "")
+            content += "gamma" if n % 4 == 0 else ""
             tags = ("beta",) if n % 7 == 0 else ("misc",)
             stamp = f"2026-01-01T00:00:{n % 60:02d}+00:00"
             lines.append(entry_line(content, tags=tags, memory_id=f"m{number}-{n}", stamp=stamp))
@@ -160,5 +162,42 @@ def test_a_larger_limit_than_the_fetch_scored_is_scored_again(tmp_path: Path, pg
         assert len(best) == 50
         expected = spec_search(union, "alpha", 50)
         assert [hit.created_at for hit in many] == [entry.created_at for entry in expected]
+    finally:
+        team.close()
+
+
+# ---------------------------------------------------------------------------- a timed walk's own timeout
+
+SLOW_WHEN_ARMED = "pg_sleep(CASE WHEN current_setting('statement_timeout') LIKE '%%ms' THEN 2 ELSE 0 END)"
+"""Outlasts a walk's timeout (under 1 s: shown in ms), and only when one is armed (memstore's own is 30 s)."""
+
+
+@pytest.mark.pg
+@pytest.mark.parametrize("where", ["next budget", "clean end"])
+def test_a_statement_cut_by_the_walks_armed_timeout_ends_the_walk_not_the_search(
+    tmp_path: Path, pg_database: pg_server.PgUrls, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A walk's timeout stays armed between its batches and until its end: the statements run then
+    (the next batch's budget, the clean end) can be cut by it too, and must not fail the search."""
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
+    if where == "next budget":
+        slow = f"SELECT {SLOW_WHEN_ARMED}, set_config('statement_timeout', %s, true)"  # the sleep sees the last one
+        monkeypatch.setattr(pg_search, "WALK_TIMEOUT", slow)
+    else:
+        real_end = pg_search._walk_end
+
+        def walk_end(before: Any, *, timed: bool, failed: bool) -> str:
+            end = real_end(before, timed=timed, failed=failed)
+            return end if failed else f"SELECT {SLOW_WHEN_ARMED.replace('%%', '%')}; {end}"
+
+        monkeypatch.setattr(pg_search, "_walk_end", walk_end)
+    # Every column dense: every search walks, with a budget long enough for its first batches.
+    for name, value in {"TERM_CAP": 0, "WALK_SECONDS": 0.9}.items():
+        monkeypatch.setattr(search, name, value)
+    try:
+        union = _corpus(team)
+        for query, limit in (("alpha", 30), ("row", 3), ("beta gamma", 40)):
+            got = team.reader.search(query, limit=limit)
+            assert [hit.entry for hit in got.hits] == spec_search(union, query, limit), (query, limit)
     finally:
         team.close()

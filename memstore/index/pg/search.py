@@ -297,12 +297,13 @@ class PgSearch:
             cursor.execute(f"DECLARE memstore_walk NO SCROLL CURSOR FOR {sql}", {**self.base, **params}, prepare=False)
             size = FIRST_FETCH
             while True:
-                if deadline is not None:
-                    left_ms = int((deadline - time.perf_counter()) * 1000)
-                    if left_ms <= 0:
-                        raise WalkInterrupted
-                    self.conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(left_ms),))
                 try:
+                    if deadline is not None:
+                        left_ms = int((deadline - time.perf_counter()) * 1000)
+                        if left_ms <= 0:
+                            raise WalkInterrupted
+                        # Runs under the last batch's timeout, still armed: it may be cut too.
+                        self.conn.execute(WALK_TIMEOUT, (str(left_ms),))
                     rows = cursor.execute(f"FETCH {size} FROM memstore_walk").fetchall()
                 except pg_errors.QueryCanceled as exc:
                     raise WalkInterrupted from exc
@@ -314,7 +315,11 @@ class PgSearch:
             # Back to the state before the walk: the cursor closed, settings and timeout restored.
             if not self.conn.closed:
                 failed = self.conn.info.transaction_status == TransactionStatus.INERROR
-                cursor.execute(_walk_end(before, timed=deadline is not None, failed=failed), prepare=False)
+                try:
+                    cursor.execute(_walk_end(before, timed=deadline is not None, failed=failed), prepare=False)
+                except pg_errors.QueryCanceled:
+                    # The clean end ran under the walk's timeout, still armed: undo the walk instead.
+                    cursor.execute(_walk_end(before, timed=True, failed=True), prepare=False)
             cursor.close()
             self.settings = before
 
@@ -366,6 +371,8 @@ def _variant(match: Match, n: int) -> Match:
 
 
 WALK_SETTINGS = ("enable_seqscan", "enable_sort", "enable_bitmapscan")
+WALK_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"
+"""A timed walk's budget, set before each batch: what is left of it, as the server's statement timeout."""
 
 
 def _walk_end(before: Mapping[str, str], *, timed: bool, failed: bool) -> str:
