@@ -196,9 +196,9 @@ FORCED = {
     # Tiny caps and no intersections: expansions of one column or both, then walks.
     "expansions": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "AND_ROWS": 0},
     # Narrowed sets too big to score: the walk reads only them (or tests word-index filters).
-    "narrowed walks": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1},
+    "narrowed walks": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SPARSE_WALK": 0},
     # Walks interrupted at once: the word-index fallback, or the walk resumed.
-    "interrupted": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "WALK_SECONDS": 0.0},
+    "interrupted": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "WALK_SECONDS": 0.0, "SPARSE_WALK": 0},
     "interrupted, no fallback": {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SET_ROWS": 1, "WALK_SECONDS": 0.0,
                                  "FALLBACK_CAP": 0, "MATCH_TERMS": 0},
     # One-token walks that first run without their filter: to the end, or cut short at once.

@@ -101,7 +101,7 @@ def _corpus(team: Team) -> list[Any]:
     return [entry for catalog in team.catalogs.values() for _order, entry in reference(catalog.path)]
 
 
-NARROWED = {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1}
+NARROWED = {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SPARSE_WALK": 0}
 """Sets too large to score outright at once: the rarest token's rows, then both tokens' together."""
 
 
@@ -162,6 +162,34 @@ def test_a_larger_limit_than_the_fetch_scored_is_scored_again(tmp_path: Path, pg
         assert len(best) == 50
         expected = spec_search(union, "alpha", 50)
         assert [hit.created_at for hit in many] == [entry.created_at for entry in expected]
+    finally:
+        team.close()
+
+
+@pytest.mark.pg
+@pytest.mark.parametrize("sparse", [search.SPARSE_WALK, 0])
+def test_a_sparse_narrowed_set_is_scored_not_walked(
+    tmp_path: Path, pg_database: pg_server.PgUrls, monkeypatch: pytest.MonkeyPatch, sparse: float
+) -> None:
+    """A walk tests its filter on every row it reads: over 'gamma' (1 row in 4) its first batch would
+    read 64 rows or more, about as many as scoring its 75 rows outright (below 1.5 * sqrt(16 * 300) = 103)."""
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 1)
+    walks: list[int] = []
+    real_walk = pg_search.PgSearch.walk
+
+    def walk(self: pg_search.PgSearch, *args: Any, **kwargs: Any) -> Any:
+        walks.append(1)
+        return real_walk(self, *args, **kwargs)
+
+    monkeypatch.setattr(pg_search.PgSearch, "walk", walk)
+    for name, value in {"CANDIDATE_CAP": 1, "DIRECT_ROWS": 1, "SPARSE_WALK": sparse}.items():
+        monkeypatch.setattr(search, name, value)
+    try:
+        union = _corpus(team)
+        for limit in (1, 3):
+            got = team.reader.search("gamma", limit=limit)
+            assert [hit.entry for hit in got.hits] == spec_search(union, "gamma", limit)
+        assert bool(walks) == (sparse == 0)
     finally:
         team.close()
 

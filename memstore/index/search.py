@@ -37,6 +37,7 @@ surrogates, NUL, runs longer than a term may be) are the caller's, scored in Pyt
 from __future__ import annotations
 
 import heapq
+import math
 from collections import Counter
 from collections.abc import Generator, Sequence
 from contextlib import closing
@@ -85,6 +86,10 @@ walk reads its first row (measured at 1M: 57k rows, 15–18 ms)."""
 PROBE_FILTER_ROWS = 20_000
 """A filter holding this many rows costs more to build than the probe: a common token's walk
 ends in the first class's newest rows, often before its filter would be built."""
+SPARSE_WALK = 1.5
+"""Where a walk tests its filter on each row it reads (``walk_builds_filters`` false), its first batch
+over a narrowed set of n rows reads about FIRST_FETCH * total / n rows: a set smaller than SPARSE_WALK
+times sqrt(FIRST_FETCH * total) is scored outright instead, which reads each of its rows once."""
 ROW_SECONDS = 3e-6
 """About what scoring one row outright costs (reading it): the walk over a narrowed set gets that
 much time per row before the set is scored outright instead."""
@@ -363,6 +368,9 @@ class Planner:
         self.cap = max(CANDIDATE_CAP, min(2 * k, FALLBACK_CAP))
         self.direct = max(self.cap, min(DIRECT_ROWS, FALLBACK_CAP))
         """A narrowed set up to this size is scored outright; a larger one becomes the walk's filter."""
+        if not queries.walk_builds_filters:
+            sparse = int(SPARSE_WALK * math.isqrt(FIRST_FETCH * total_rows))
+            self.direct = max(self.direct, min(sparse, SET_ROWS, FALLBACK_CAP))
         self.walked = 0
         # A full SQL pass costs far more a row than a walk's matching row brought into Python:
         # the walks give way only when they have brought in a large share of the catalog.
