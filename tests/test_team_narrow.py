@@ -23,7 +23,7 @@ from memstore.index import search
 from memstore.index.pg import search as pg_search
 from memstore.index.pg.conn import raw_connection
 from memstore.index.search import AllOf, AnyOf, Fetched, Has, Match
-from memstore.index.terms import CONTENT, INSIDE, TAGS
+from memstore.index.terms import CONTENT, INSIDE, TAGS, TermSet
 
 Row = dict[int, frozenset[str]]
 
@@ -227,5 +227,26 @@ def test_a_statement_cut_by_the_walks_armed_timeout_ends_the_walk_not_the_search
         for query, limit in (("alpha", 30), ("row", 3), ("beta gamma", 40)):
             got = team.reader.search(query, limit=limit)
             assert [hit.entry for hit in got.hits] == spec_search(union, query, limit), (query, limit)
+    finally:
+        team.close()
+
+
+@pytest.mark.pg
+def test_a_lookup_counts_the_rows_of_a_kind_within_its_cap_only(tmp_path: Path, pg_database: pg_server.PgUrls) -> None:
+    """Rows of a dense kind (more terms than the cap) are never used: they are not summed."""
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
+    try:
+        _corpus(team)
+        with raw_connection(team.reader._engine("read")) as conn:
+            conn.execute(pg_search.SEARCH_BEGIN, prepare=False)
+            parts = dict(conn.execute("SELECT sid, part FROM team_source WHERE part IS NOT NULL").fetchall())
+            queries = pg_search.PgSearch(conn, ["row"], parts=parts, k=1)
+            dense = queries.lookup("row", INSIDE, 5)  # row0 ... row299: 300 terms
+            within = queries.lookup("gamma", INSIDE, 5)
+            beta = queries.lookup("beta", INSIDE, 5)
+            conn.execute("COMMIT")
+        assert dense == (TermSet(None, 0), TermSet((), 0))
+        assert within == (TermSet(("gamma",), 150), TermSet((), 0))
+        assert beta[0] == TermSet(("beta",), 120) and beta[1].terms == ("beta",) and beta[1].rows == 2 * 43
     finally:
         team.close()

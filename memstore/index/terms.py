@@ -185,7 +185,8 @@ class TermSet(NamedTuple):
 
     terms: tuple[str, ...] | None
     rows: int
-    """Sum of the terms' row counts: an upper bound on the rows holding the piece (exact for one term)."""
+    """Sum of the terms' row counts: an upper bound on the rows holding the piece (exact for one term).
+    Not counted for a dense column (``terms`` None): the planner never uses those rows."""
 
     @property
     def empty(self) -> bool:

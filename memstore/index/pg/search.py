@@ -148,16 +148,25 @@ class PgSearch:
     # ------------------------------------------------------------------ the vocabulary
 
     def lookup(self, piece: str, position: str, cap: int) -> tuple[TermSet, TermSet]:
-        """Both kinds in one statement (one round trip): each kind's part has its own cap."""
+        """Both kinds in one statement (one round trip): each kind's part has its own cap.
+
+        Rows are summed only for a kind within its cap: a dense kind's rows are never used, and
+        summing them cost about half of a one-character piece's lookup at 1M (3.7-4.0 ms, now 2.1-2.5).
+        """
         params, condition = self._term_condition(piece, position, cap)
         part = (
-            "(SELECT v.kind, v.id, v.text,"
-            " (SELECT sum(n.n) FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s))"
+            "(SELECT v.kind, v.id, v.text"
             f" FROM team_term v WHERE v.kind = {{kind}} AND {condition}"
             " AND EXISTS (SELECT 1 FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s) AND n.n > 0)"
             " LIMIT %(cap)s)"
         )
-        rows = self._rows(f"{part.format(kind=CONTENT)} UNION ALL {part.format(kind=TAGS)}", params)
+        rows = self._rows(
+            f"WITH v AS MATERIALIZED ({part.format(kind=CONTENT)} UNION ALL {part.format(kind=TAGS)}),"
+            " dense AS (SELECT kind FROM v GROUP BY kind HAVING count(*) >= %(cap)s)"
+            " SELECT v.kind, v.id, v.text, CASE WHEN v.kind NOT IN (SELECT kind FROM dense)"
+            " THEN (SELECT sum(n.n) FROM team_count n WHERE n.tid = v.id AND n.sid = ANY(%(sids)s)) END FROM v",
+            params,
+        )
         return (
             self._term_set([row[1:] for row in rows if row[0] == CONTENT], CONTENT, cap),
             self._term_set([row[1:] for row in rows if row[0] == TAGS], TAGS, cap),
@@ -178,12 +187,11 @@ class PgSearch:
         return params, condition
 
     def _term_set(self, rows: Sequence[tuple[Any, ...]], kind: int, cap: int) -> TermSet:
+        if len(rows) > cap:
+            return TermSet(None, 0)  # dense: neither its terms nor its rows are used (column_of)
         for tid, text, _n in rows:
             self.term_ids[(kind, str(text))] = int(tid)
-        total = sum(int(n) for _tid, _text, n in rows)
-        if len(rows) > cap:
-            return TermSet(None, total)
-        return TermSet(tuple(str(text) for _tid, text, _n in rows), total)
+        return TermSet(tuple(str(text) for _tid, text, _n in rows), sum(int(n) for _tid, _text, n in rows))
 
     def mark(self, code: str, kind: int) -> TermSet:
         row = self.conn.execute(
