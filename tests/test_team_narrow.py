@@ -250,3 +250,15 @@ def test_a_lookup_counts_the_rows_of_a_kind_within_its_cap_only(tmp_path: Path, 
         assert beta[0] == TermSet(("beta",), 120) and beta[1].terms == ("beta",) and beta[1].rows == 2 * 43
     finally:
         team.close()
+
+
+@pytest.mark.pg
+def test_a_search_holds_its_sets_in_memory_for_its_transaction_only(pg_database: pg_server.PgUrls) -> None:
+    """A held set of FALLBACK_CAP rows' text spilled to disk at the default 4 MB of work_mem."""
+    with pg_server.connect(pg_database.reader) as conn:
+        default = conn.execute("SHOW work_mem").fetchone()
+        conn.execute("BEGIN")
+        pg_search.PgSearch(conn, ["a"], parts={}, k=1)
+        assert conn.execute("SHOW work_mem").fetchone() == (pg_search.WORK_MEM,)
+        conn.execute("COMMIT")
+        assert conn.execute("SHOW work_mem").fetchone() == default

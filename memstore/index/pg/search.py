@@ -66,6 +66,10 @@ PARTS = "d.part = ANY(%(parts)s)"
 ORDER = " ORDER BY s DESC, d.created_at DESC, d.sid, d.id LIMIT %(k)s"
 
 
+WORK_MEM = "32MB"
+"""Memory for one search's sorts and held sets: a fetched set holds the text of up to 30,000 rows
+(FALLBACK_CAP), which spilled to a temporary file at the default 4 MB (docs/postgres-notes.md §10)."""
+
 SEARCH_BEGIN = (
     "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;"
     " SET LOCAL plan_cache_mode = auto;"
@@ -116,7 +120,7 @@ class PgSearch:
         self.term_ids: dict[tuple[int, str], int] = {}
         """(kind, text) -> vocabulary id, for every term a lookup returned."""
         self.settings: dict[str, str] = {}
-        self._set(enable_seqscan="off")
+        self._set(enable_seqscan="off", work_mem=WORK_MEM)
 
     # ------------------------------------------------------------------ plumbing
 
