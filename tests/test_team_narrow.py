@@ -91,8 +91,8 @@ def _corpus(team: Team) -> list[Any]:
     for number, catalog in enumerate(team.catalogs.values()):
         lines = []
         for n in range(300):
-            content = f"row{n} " + ("alpha " if n % 3 else "") + ("beta " if n % 5 == 0 else "")
-            content += "gamma" if n % 4 == 0 else ""
+            content = f"row{n}. " + ("alpha " if n % 3 else "") + ("beta " if n % 5 == 0 else "")
+            content += "gamma." if n % 4 == 0 else ""
             tags = ("beta",) if n % 7 == 0 else ("misc",)
             stamp = f"2026-01-01T00:00:{n % 60:02d}+00:00"
             lines.append(entry_line(content, tags=tags, memory_id=f"m{number}-{n}", stamp=stamp))
@@ -262,3 +262,30 @@ def test_a_search_holds_its_sets_in_memory_for_its_transaction_only(pg_database:
         assert conn.execute("SHOW work_mem").fetchone() == (pg_search.WORK_MEM,)
         conn.execute("COMMIT")
         assert conn.execute("SHOW work_mem").fetchone() == default
+
+
+@pytest.mark.pg
+def test_a_set_of_one_term_counted_too_large_is_not_fetched(
+    tmp_path: Path, pg_database: pg_server.PgUrls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'gamma.' once its common mark is left out is the one term 'gamma' (150 rows): the vocabulary's
+    exact count already says a fetch capped at 100 rows would find it too large."""
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
+    fetched: list[Match] = []
+    real_fetch = pg_search.PgSearch.fetch
+
+    def fetch(self: pg_search.PgSearch, match: Match, cap: int) -> Fetched | None:
+        fetched.append(match)
+        return real_fetch(self, match, cap)
+
+    monkeypatch.setattr(pg_search.PgSearch, "fetch", fetch)
+    for name, value in {"SET_ROWS": 100, "PART_ROWS": 100}.items():
+        monkeypatch.setattr(search, name, value)
+    try:
+        union = _corpus(team)
+        for limit in (1, 5):
+            got = team.reader.search("gamma.", limit=limit)
+            assert [hit.entry for hit in got.hits] == spec_search(union, "gamma.", limit)
+        assert Has(CONTENT, ("gamma",)) not in fetched, fetched
+    finally:
+        team.close()

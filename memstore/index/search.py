@@ -486,6 +486,12 @@ class Planner:
             options.append((all_of([whole for _index, whole in small]), label, exact, None))
         fallback = self._fallback_match() if self._fallback_first() else None
         for match, label, exact, counted in options:
+            cap = FALLBACK_CAP if match == fallback and self.narrowed is None else SET_ROWS
+            if self._counted_rows(match) >= cap:
+                # One term counted by the vocabulary (``src/`` once its common mark is left out):
+                # its fetch could only find it too large.
+                self.fallback_too_many |= match == fallback
+                continue
             if exact and counted is not None and counted >= self.direct:
                 fetched: Fetched | None = self._narrow_counted(match, label, counted)
             elif match == fallback and self.narrowed is None:
@@ -508,6 +514,12 @@ class Planner:
             if self.narrowed is None or fetched.rows < self.narrowed[1].rows:
                 self.narrowed = (match, fetched)
         return None
+
+    def _counted_rows(self, match: Match) -> int:
+        """The rows of a set of one term, which the vocabulary counts exactly (0 for any other set)."""
+        if isinstance(match, Has) and len(match.terms) == 1:
+            return next((rows for rows, _index, whole in self._known() if whole == match), 0)
+        return 0
 
     def _filters(self) -> list[Match]:
         """Word-index sets a walk tests rows against before reading them: the rare tokens' rows."""
