@@ -289,3 +289,32 @@ def test_a_set_of_one_term_counted_too_large_is_not_fetched(
         assert Has(CONTENT, ("gamma",)) not in fetched, fetched
     finally:
         team.close()
+
+
+@pytest.mark.pg
+def test_rows_found_by_an_expansion_are_scored_without_another_statement(
+    tmp_path: Path, pg_database: pg_server.PgUrls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'beta' in content (240 rows) and in tags (172), both under the cap: each column's rows are
+    found, and scored as they are found."""
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 4)
+    statements: list[str] = []
+    real_rows = pg_search.PgSearch._rows
+
+    def rows(self: pg_search.PgSearch, sql: str, extra: Any = None) -> list[tuple[Any, ...]]:
+        statements.append(sql)
+        return real_rows(self, sql, extra)
+
+    monkeypatch.setattr(pg_search.PgSearch, "_rows", rows)
+    for name, value in {"SET_ROWS": 1, "AND_ROWS": 0, "CANDIDATE_CAP": 500}.items():
+        monkeypatch.setattr(search, name, value)
+    try:
+        union = _corpus(team)
+        for query, limit in (("beta", 7), ("beta alpha", 30), ("beta row1", 4)):
+            statements.clear()
+            got = team.reader.search(query, limit=limit)
+            assert [hit.entry for hit in got.hits] == spec_search(union, query, limit), (query, limit)
+            assert any("CASE WHEN" in sql and "LIMIT %(cap)s" in sql for sql in statements), statements
+            assert not any("FROM unnest(" in sql for sql in statements), statements
+    finally:
+        team.close()

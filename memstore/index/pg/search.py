@@ -20,6 +20,7 @@ source registration order, then line order, which is the union's file order.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 from collections import Counter
@@ -117,6 +118,8 @@ class PgSearch:
         )
         self.score = f"{score} + d.bonus"
         self.select = f"SELECT {KEY_SQL} AS key, {self.score} AS s, d.created_at"
+        self.scored: dict[int, Hit | None] = {}
+        """Rows :meth:`ids` found, by key: each one's hit, or None when it does not match every token."""
         self.term_ids: dict[tuple[int, str], int] = {}
         """(kind, text) -> vocabulary id, for every term a lookup returned."""
         self.settings: dict[str, str] = {}
@@ -212,12 +215,20 @@ class PgSearch:
     # ------------------------------------------------------------------ word-index sets
 
     def ids(self, match: Match, cap: int) -> set[int] | None:
+        """Each row is scored as it is found (its page is read anyway): scoring these rows later
+        (:meth:`score_ids`) then needs no statement of its own."""
         params: dict[str, Any] = {"cap": cap}
         where = self._where(spread(match), params)
         self._set(enable_seqscan="off")
-        rows = self._rows(f"SELECT {KEY_SQL} FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s", params)
+        sql = (
+            f"SELECT {KEY_SQL}, CASE WHEN {self.match_sql} THEN {self.score} END, d.created_at"
+            f" FROM team_doc d WHERE {PARTS} AND {where} LIMIT %(cap)s"
+        )
+        rows = self._rows(sql, params)
         if len(rows) >= cap:
             return None
+        for key, score, created_at in rows:
+            self.scored[int(key)] = None if score is None else Hit(int(score), str(created_at), int(key))
         return {int(row[0]) for row in rows}
 
     def fetch(self, match: Match, cap: int) -> Fetched | None:
@@ -247,6 +258,8 @@ class PgSearch:
     # ------------------------------------------------------------------ exact scoring
 
     def score_ids(self, ids: set[int], k: int) -> list[Hit]:
+        if all(key in self.scored for key in ids):
+            return heapq.nsmallest(k, (hit for key in ids if (hit := self.scored[key]) is not None), key=Hit.sort_key)
         keys = sorted(ids)
         parts = [self.parts[key >> ID_BITS] for key in keys]
         row_ids = [key & ID_MASK for key in keys]
