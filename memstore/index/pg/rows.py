@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from memstore.index.lines import Row
+from memstore.index.pg.copy_binary import int4_array
 from memstore.index.terms import CONTENT, CONTENT_MARKS, PIECE, TAG_MARKS, TAGS
 
 LONG_TERM_CHARS = 400
@@ -51,8 +52,10 @@ def doc_of(row: Row) -> Doc:
     if odd or not _indexable_stamp(created_at):
         return Doc(off, length, "", "", None, 0, True, _NO_TERMS)
     content, tags = set(_findall(c)), set(_findall(t))
-    # Terms are maximal runs of term characters: a long run is a long term.
-    if _longest(content) >= LONG_TERM_CHARS or _longest(tags) >= LONG_TERM_CHARS:
+    # Terms are maximal runs of term characters: a long run is a long term (and a short text has none).
+    if (len(c) >= LONG_TERM_CHARS and _longest(content) >= LONG_TERM_CHARS) or (
+        len(t) >= LONG_TERM_CHARS and _longest(tags) >= LONG_TERM_CHARS
+    ):
         return Doc(off, length, "", "", None, 0, True, _NO_TERMS)
     return Doc(off, length, c, t, created_at, bonus, False, (content, tags, mc.split(), mt.split()))
 
@@ -83,17 +86,12 @@ def wanted_terms(docs: Iterable[Doc]) -> dict[int, set[str]]:
     return wanted
 
 
-def array_literal(ids: Iterable[str]) -> str:
-    """An integer array in PostgreSQL's text form (built here: psycopg's list dumper costs 3x)."""
-    return "{" + ",".join(ids) + "}"
-
-
-def id_arrays(doc: Doc, ids: dict[int, dict[str, str]], counts: Counter[str] | None) -> tuple[str, str]:
-    """The row's ``cterms`` and ``tterms`` literals; ``counts`` gets each id once (rows holding it), as text."""
+def id_arrays(doc: Doc, ids: dict[int, dict[str, bytes]], counts: Counter[bytes] | None) -> tuple[bytes, bytes]:
+    """The row's ``cterms`` and ``tterms`` binary fields; ``counts`` gets each id once (rows holding it)."""
     content, tags, content_marks, tag_marks = doc.terms
     c_ids = [*map(ids[CONTENT].__getitem__, content), *map(ids[CONTENT_MARKS].__getitem__, content_marks)]
     t_ids = [*map(ids[TAGS].__getitem__, tags), *map(ids[TAG_MARKS].__getitem__, tag_marks)]
     if counts is not None:
         counts.update(c_ids)
         counts.update(t_ids)
-    return array_literal(c_ids), array_literal(t_ids)
+    return int4_array(c_ids), int4_array(t_ids)
