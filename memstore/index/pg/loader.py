@@ -44,7 +44,7 @@ from memstore.files import open_for_read
 from memstore.index.lines import parse_range, parsed_ranges
 from memstore.index.pg.conn import LOCK_SPACE, SCHEMA_LOCK, raw_connection
 from memstore.index.pg.copy_binary import EMPTY_ARRAY, HEADER, TRAILER, doc_row, element_id, id_element
-from memstore.index.pg.rows import Doc, doc_of, id_arrays, wanted_terms
+from memstore.index.pg.rows import Doc, IdLookups, count_held, doc_of, id_arrays, id_lookups, wanted_terms
 from memstore.index.pg.vocab import Vocabulary
 from memstore.index.pg_deadline import uncapped
 from memstore.index.report import Progress
@@ -299,12 +299,14 @@ class SourceLoader:
                     rows -= 1
                     for ids in gone:
                         counts.subtract(map(id_element, ids))
+            lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
             with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN {BINARY}") as copy:
                 copy.write(HEADER)
                 for doc in docs:
-                    copy.write(_doc_row(doc, source.part, next_id, source.sid, vocab, counts, fd, encoding))
+                    copy.write(_doc_row(doc, source.part, next_id, source.sid, lookups, held, fd, encoding))
                     next_id += 1
                 copy.write(TRAILER)
+            count_held(counts, held)
             rows += len(docs)
             _add_counts(conn, source.sid, counts)
             new = SourceState.of_file(
@@ -402,11 +404,13 @@ class SourceLoader:
         encoding = conn.info.encoding
         with conn.transaction():
             conn.execute("DELETE FROM team_doc WHERE part = %s", (source.part,))
+            lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
             with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN {BINARY}") as copy:
                 copy.write(HEADER)
                 for row_id, doc in enumerate(docs, start=1):
-                    copy.write(_doc_row(doc, source.part, row_id, source.sid, vocab, counts, fd, encoding))
+                    copy.write(_doc_row(doc, source.part, row_id, source.sid, lookups, held, fd, encoding))
                 copy.write(TRAILER)
+            count_held(counts, held)
             conn.execute("DELETE FROM team_count WHERE sid = %s", (source.sid,))
             _copy_counts(conn, source.sid, counts)
             new = SourceState.of_file(
@@ -433,6 +437,7 @@ class SourceLoader:
         vocab = Vocabulary(vconn)
         counts: Counter[bytes] = Counter()
         encoding = conn.info.encoding
+        lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
         self._seen = []  # this parse alone (a small source may have been parsed once already)
         row_id = 0
         end, tail_end, corrupt, blank = 0, None, 0, 0
@@ -453,11 +458,12 @@ class SourceLoader:
                         copy.write(
                             b"".join(
                                 [
-                                    _doc_row(doc, part, number, sid, vocab, counts, fd, encoding)
+                                    _doc_row(doc, part, number, sid, lookups, held, fd, encoding)
                                     for number, doc in enumerate(docs, start=row_id + 1)
                                 ]
                             )
                         )
+                        count_held(counts, held)
                         row_id += len(docs)
                     end = parsed.end
                     corrupt += parsed.corrupt
@@ -559,13 +565,13 @@ def _indexed(state: SourceState | None) -> int:
 
 
 def _doc_row(
-    doc: Doc, part: int, row_id: int, sid: int, vocab: Vocabulary, counts: Counter[bytes], fd: int, encoding: str
+    doc: Doc, part: int, row_id: int, sid: int, lookups: IdLookups, held: list[list[bytes]], fd: int, encoding: str
 ) -> bytes:
     """The row in COPY's binary format; texts in the connection's encoding, as psycopg would send them."""
     raw = os.pread(fd, doc.length, doc.off)
     if doc.odd or doc.created_at is None:
         return doc_row(part, row_id, sid, b"", b"", None, 0, True, doc.off, doc.length, EMPTY_ARRAY, EMPTY_ARRAY, raw)
-    cterms, tterms = id_arrays(doc, vocab.ids, counts)
+    cterms, tterms = id_arrays(doc, lookups, held)
     c, t, created_at = doc.c.encode(encoding), doc.t.encode(encoding), doc.created_at.encode(encoding)
     return doc_row(part, row_id, sid, c, t, created_at, doc.bonus, False, doc.off, doc.length, cterms, tterms, raw)
 
