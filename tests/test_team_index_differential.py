@@ -63,6 +63,7 @@ class Team:
         self.catalogs = {name: MemoryCatalog(root, use_index=False) for name, root in self.roots.items()}
         self.writer = TeamIndex(writer)
         self.reader = TeamIndex(reader)
+        self.writer_url = writer
         self.seen: dict[str, list[MemoryEntry]] = {name: [] for name in self.roots}
         """Each source's entries as of its last catch-up (a vanished file keeps its rows)."""
 
@@ -83,6 +84,20 @@ class Team:
         last = next(reversed(self.roots))
         alone = self.reader.search(queries[0], limit=50, sources=[last])
         assert [hit.entry for hit in alone.hits] == spec_search(self.seen[last], queries[0], 50)
+        self.check_counts()
+
+    def check_counts(self) -> None:
+        """team_count (the planner's per-source term counts) equals the count of each term over the rows
+        the source's current partition holds: a wrong count would change plans, never answers."""
+        import psycopg
+
+        with psycopg.connect(self.writer_url, autocommit=True) as conn:
+            held = conn.execute(
+                "SELECT s.sid, u.tid, count(*) FROM team_source s JOIN team_doc d ON d.part = s.part,"
+                " unnest(d.cterms || d.tterms) AS u(tid) GROUP BY s.sid, u.tid"
+            ).fetchall()
+            counted = conn.execute("SELECT sid, tid, n FROM team_count WHERE n <> 0").fetchall()
+        assert sorted(counted) == sorted(held)
 
     def close(self) -> None:
         self.writer.close()

@@ -94,3 +94,22 @@ def test_a_term_of_the_long_term_length_makes_a_row_odd_one_less_does_not() -> N
     long, short = "é" * LONG_TERM_CHARS, "a" * (LONG_TERM_CHARS - 1)
     assert doc(f"x {long} y").odd and doc("x", (f"t-{long}",)).odd
     assert not doc(f"x {short}-{short} y", (short,)).odd
+
+
+def test_a_load_in_a_worker_runs_without_the_cycle_collector_and_restores_it() -> None:
+    import gc
+
+    assert gc.isenabled()
+    try:
+        with load_worker.collector_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(RuntimeError), load_worker.collector_paused():
+            raise RuntimeError("a failed load")
+        assert gc.isenabled()
+        gc.disable()
+        with load_worker.collector_paused():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()

@@ -43,7 +43,8 @@ from memstore.errors import StorageError
 from memstore.files import open_for_read
 from memstore.index.lines import parse_range, parsed_ranges
 from memstore.index.pg.conn import LOCK_SPACE, SCHEMA_LOCK, raw_connection
-from memstore.index.pg.rows import Doc, doc_of, id_arrays, wanted_terms
+from memstore.index.pg.copy_binary import EMPTY_ARRAY, HEADER, TRAILER, doc_row, element_id, id_element
+from memstore.index.pg.rows import Doc, IdLookups, count_held, doc_of, id_arrays, id_lookups, wanted_terms
 from memstore.index.pg.vocab import Vocabulary
 from memstore.index.pg_deadline import uncapped
 from memstore.index.report import Progress
@@ -67,6 +68,8 @@ IN_PLACE_ROWS = 2_000
 """A rewritten source with at most this many rows is rebuilt in its current partition (delete and
 insert, one transaction) rather than through a new one: DDL costs more than a few rows do."""
 DOC_COLUMNS = "part, id, sid, c, t, created_at, bonus, odd, off, len, cterms, tterms, raw"
+"""The order of a row's fields in :func:`memstore.index.pg.copy_binary.doc_row`."""
+BINARY = "(FORMAT BINARY)"
 STATE_COLUMNS = (
     "dev, ino, size, mtime_ns, ctime_ns, indexed_to, tail_end, head_hash, edge_hash, body_hash,"
     " recorded_ns, rows, corrupt, blank"
@@ -281,9 +284,10 @@ class SourceLoader:
             tail_end = parsed.tail_end
         vocab = Vocabulary(conn)
         vocab.ensure(wanted_terms(docs))
-        counts: Counter[str] = Counter()
+        counts: Counter[bytes] = Counter()
         next_id = source.next_id
         rows = state.rows
+        encoding = conn.info.encoding
         with conn.transaction():
             if state.tail_end is not None:
                 # The unterminated last line is parsed again with whatever follows it now.
@@ -294,11 +298,15 @@ class SourceLoader:
                 if gone is not None:
                     rows -= 1
                     for ids in gone:
-                        counts.subtract(map(str, ids))
-            with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN") as copy:
+                        counts.subtract(map(id_element, ids))
+            lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
+            with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN {BINARY}") as copy:
+                copy.write(HEADER)
                 for doc in docs:
-                    copy.write_row(_doc_row(doc, source.part, next_id, source.sid, vocab, counts, fd))
+                    copy.write(_doc_row(doc, source.part, next_id, source.sid, lookups, held, fd, encoding))
                     next_id += 1
+                copy.write(TRAILER)
+            count_held(counts, held)
             rows += len(docs)
             _add_counts(conn, source.sid, counts)
             new = SourceState.of_file(
@@ -392,12 +400,17 @@ class SourceLoader:
         docs, end, tail_end, corrupt, blank = parsed
         vocab = Vocabulary(vconn)
         vocab.ensure(wanted_terms(docs))
-        counts: Counter[str] = Counter()
+        counts: Counter[bytes] = Counter()
+        encoding = conn.info.encoding
         with conn.transaction():
             conn.execute("DELETE FROM team_doc WHERE part = %s", (source.part,))
-            with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN") as copy:
+            lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
+            with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN {BINARY}") as copy:
+                copy.write(HEADER)
                 for row_id, doc in enumerate(docs, start=1):
-                    copy.write_row(_doc_row(doc, source.part, row_id, source.sid, vocab, counts, fd))
+                    copy.write(_doc_row(doc, source.part, row_id, source.sid, lookups, held, fd, encoding))
+                copy.write(TRAILER)
+            count_held(counts, held)
             conn.execute("DELETE FROM team_count WHERE sid = %s", (source.sid,))
             _copy_counts(conn, source.sid, counts)
             new = SourceState.of_file(
@@ -419,10 +432,12 @@ class SourceLoader:
 
     def _load_table(
         self, conn: PgConn, vconn: PgConn, sid: int, part: int, table: str, fd: int, st: os.stat_result
-    ) -> tuple[int, Counter[str], int, int | None, int, int]:
+    ) -> tuple[int, Counter[bytes], int, int | None, int, int]:
         """Create the new partition's table and COPY every line into it (one transaction, FREEZE)."""
         vocab = Vocabulary(vconn)
-        counts: Counter[str] = Counter()
+        counts: Counter[bytes] = Counter()
+        encoding = conn.info.encoding
+        lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
         self._seen = []  # this parse alone (a small source may have been parsed once already)
         row_id = 0
         end, tail_end, corrupt, blank = 0, None, 0, 0
@@ -430,7 +445,8 @@ class SourceLoader:
         with conn.transaction():
             conn.execute(f"CREATE TABLE {table} (LIKE team_doc INCLUDING DEFAULTS)")
             conn.execute(f"ALTER TABLE {table} ADD CONSTRAINT {table}_part CHECK (part = {part})")
-            with conn.cursor().copy(f"COPY {table} ({DOC_COLUMNS}) FROM STDIN (FREEZE)") as copy:
+            with conn.cursor().copy(f"COPY {table} ({DOC_COLUMNS}) FROM STDIN (FORMAT BINARY, FREEZE)") as copy:
+                copy.write(HEADER)
                 for parsed in parsed_ranges(self.path, fd, 0, total):
                     if parsed.seen is not None:
                         self._seen.append(parsed.seen)
@@ -438,9 +454,17 @@ class SourceLoader:
                     for start in range(0, len(rows), BATCH_ROWS):
                         docs = [doc_of(row) for row in rows[start : start + BATCH_ROWS]]
                         vocab.ensure(wanted_terms(docs))
-                        for doc in docs:
-                            row_id += 1
-                            copy.write_row(_doc_row(doc, part, row_id, sid, vocab, counts, fd))
+                        # One write per batch: a write per row costs more than building the row.
+                        copy.write(
+                            b"".join(
+                                [
+                                    _doc_row(doc, part, number, sid, lookups, held, fd, encoding)
+                                    for number, doc in enumerate(docs, start=row_id + 1)
+                                ]
+                            )
+                        )
+                        count_held(counts, held)
+                        row_id += len(docs)
                     end = parsed.end
                     corrupt += parsed.corrupt
                     blank += parsed.blank
@@ -448,6 +472,7 @@ class SourceLoader:
                         tail_end = parsed.tail_end
                     if self.progress is not None:
                         self.progress(parsed.end, total)
+                copy.write(TRAILER)
         return row_id, counts, end, tail_end, corrupt, blank
 
     def _build_indexes(self, conn: PgConn, vconn: PgConn, table: str) -> None:
@@ -540,17 +565,19 @@ def _indexed(state: SourceState | None) -> int:
 
 
 def _doc_row(
-    doc: Doc, part: int, row_id: int, sid: int, vocab: Vocabulary, counts: Counter[str], fd: int
-) -> tuple[Any, ...]:
+    doc: Doc, part: int, row_id: int, sid: int, lookups: IdLookups, held: list[list[bytes]], fd: int, encoding: str
+) -> bytes:
+    """The row in COPY's binary format; texts in the connection's encoding, as psycopg would send them."""
     raw = os.pread(fd, doc.length, doc.off)
-    if doc.odd:
-        return (part, row_id, sid, "", "", None, 0, True, doc.off, doc.length, "{}", "{}", raw)
-    cterms, tterms = id_arrays(doc, vocab.ids, counts)
-    return (part, row_id, sid, doc.c, doc.t, doc.created_at, doc.bonus, False, doc.off, doc.length, cterms, tterms, raw)
+    if doc.odd or doc.created_at is None:
+        return doc_row(part, row_id, sid, b"", b"", None, 0, True, doc.off, doc.length, EMPTY_ARRAY, EMPTY_ARRAY, raw)
+    cterms, tterms = id_arrays(doc, lookups, held)
+    c, t, created_at = doc.c.encode(encoding), doc.t.encode(encoding), doc.created_at.encode(encoding)
+    return doc_row(part, row_id, sid, c, t, created_at, doc.bonus, False, doc.off, doc.length, cterms, tterms, raw)
 
 
-def _add_counts(conn: PgConn, sid: int, counts: Counter[str]) -> None:
-    changed = sorted((int(tid), n) for tid, n in counts.items() if n)
+def _add_counts(conn: PgConn, sid: int, counts: Counter[bytes]) -> None:
+    changed = sorted((element_id(tid), n) for tid, n in counts.items() if n)
     if not changed:
         return
     conn.execute(
@@ -560,12 +587,12 @@ def _add_counts(conn: PgConn, sid: int, counts: Counter[str]) -> None:
     )
 
 
-def _copy_counts(conn: PgConn, sid: int, counts: Counter[str]) -> None:
-    """Per-source term counts, keyed by id as COPY writes it (text)."""
+def _copy_counts(conn: PgConn, sid: int, counts: Counter[bytes]) -> None:
+    """Per-source term counts, keyed by id as a row's array holds it (:mod:`.copy_binary`)."""
     with conn.cursor().copy("COPY team_count (sid, tid, n) FROM STDIN") as copy:
         for tid, n in counts.items():
             if n > 0:
-                copy.write_row((sid, tid, n))
+                copy.write_row((sid, element_id(tid), n))
 
 
 def _save_state(conn: PgConn, sid: int, state: SourceState, *, next_id: int, part: int) -> None:

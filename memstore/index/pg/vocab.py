@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 import psycopg
 
+from memstore.index.pg.copy_binary import id_element
 from memstore.index.terms import CONTENT, CONTENT_MARKS, TAG_MARKS, TAGS, gram_text
 
 KINDS = (CONTENT, TAGS, CONTENT_MARKS, TAG_MARKS)
@@ -23,12 +24,12 @@ CHUNK = 20_000
 
 
 class Vocabulary:
-    """Ids of terms, as strings ready for an array literal, cached for one load."""
+    """Ids of terms, as elements of a binary int4 array (:mod:`.copy_binary`), cached for one load."""
 
     def __init__(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
         self.conn = conn
         """An autocommit connection of its own (the loader's is inside its transaction)."""
-        self.ids: dict[int, dict[str, str]] = {kind: {} for kind in KINDS}
+        self.ids: dict[int, dict[str, bytes]] = {kind: {} for kind in KINDS}
 
     def ensure(self, wanted: dict[int, set[str]]) -> None:
         """Give every wanted term an id (inserting the new ones) and remember them all."""
@@ -65,7 +66,7 @@ class Vocabulary:
             (kinds, texts),
         ).fetchall()
         for kind, text, tid in rows:
-            self.ids[int(str(kind))][str(text)] = str(tid)
+            self.ids[int(str(kind))][str(text)] = id_element(int(str(tid)))
 
     def known(self, kind: int, terms: Iterable[str]) -> bool:
         return all(term in self.ids[kind] for term in terms)
