@@ -79,3 +79,29 @@ def test_a_search_of_many_tokens_in_both_columns_equals_the_scan(
             assert [hit.entry for hit in got.hits] == spec_search(union, query, limit)
     finally:
         team.close()
+
+
+# ---------------------------------------------------------------- SPARSE_WALK: the row count is database input
+
+
+@pytest.mark.pg
+@pytest.mark.parametrize("rows", [-1000, 0, 1])
+def test_a_forged_row_count_does_not_fail_a_team_search(
+    tmp_path: Path, pg_database: pg_server.PgUrls, rows: int
+) -> None:
+    """team_source.rows (a writer-role edit) sizes SPARSE_WALK's set: math.isqrt raised ValueError
+    on a negative count, out of TeamIndex.search (no typed error, no answer)."""
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
+    try:
+        for number, catalog in enumerate(team.catalogs.values()):
+            lines = [entry_line(f"alpha {n}", memory_id=f"m{number}-{n}") for n in range(30)]
+            write_raw(catalog.path, b"\n".join(lines) + b"\n")
+        team.catch_up()
+        with pg_server.connect(pg_database.writer) as conn:
+            conn.execute("UPDATE team_source SET rows = %s WHERE name = %s", (rows, next(iter(team.catalogs))))
+        union = [entry for catalog in team.catalogs.values() for _order, entry in reference(catalog.path)]
+        for limit in (1, 3, 50):
+            got = team.reader.search("alpha", limit=limit)
+            assert [hit.entry for hit in got.hits] == spec_search(union, "alpha", limit)
+    finally:
+        team.close()
