@@ -105,3 +105,30 @@ def test_a_forged_row_count_does_not_fail_a_team_search(
             assert [hit.entry for hit in got.hits] == spec_search(union, "alpha", limit)
     finally:
         team.close()
+
+
+@pytest.mark.pg
+@pytest.mark.parametrize("rows", [-1000, 1])
+def test_a_forged_row_count_does_not_cut_a_search_of_more_tokens_than_sql_binds(
+    tmp_path: Path, pg_database: pg_server.PgUrls, rows: int
+) -> None:
+    """Over MAX_SQL_TOKENS tokens the rows holding the first ones are all taken (k = every row), then
+    checked in full: k was team_source.rows, so a count forged to 1 returned 1 entry of 3, and a
+    negative one failed the search (LIMIT must not be negative). store_reads counts the rows instead."""
+    words = [f"x{n:04d}y" for n in range(search.MAX_SQL_TOKENS + 1)]
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 1)
+    try:
+        name, catalog = next(iter(team.catalogs.items()))
+        stamps = [f"2026-01-01T00:00:{n:02d}+00:00" for n in range(5)]
+        lines = [entry_line(" ".join(words), memory_id=f"m{n}", stamp=stamp) for n, stamp in enumerate(stamps)]
+        lines += [entry_line(f"filler {n}", memory_id=f"f{n}") for n in range(50)]
+        write_raw(catalog.path, b"\n".join(lines) + b"\n")
+        team.catch_up()
+        with pg_server.connect(pg_database.writer) as conn:
+            conn.execute("UPDATE team_source SET rows = %s WHERE name = %s", (rows, name))
+        union = [entry for _order, entry in reference(catalog.path)]
+        query = " ".join(words)
+        got = team.reader.search(query, limit=3)
+        assert [hit.entry for hit in got.hits] == spec_search(union, query, 3)
+    finally:
+        team.close()
