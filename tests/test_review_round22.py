@@ -132,3 +132,56 @@ def test_a_forged_row_count_does_not_cut_a_search_of_more_tokens_than_sql_binds(
         assert [hit.entry for hit in got.hits] == spec_search(union, query, 3)
     finally:
         team.close()
+
+
+# ---------------------------------------------------------------- team_count is database input
+
+
+SMALL_SETS = {"SET_ROWS": 100, "PART_ROWS": 100}
+
+
+@pytest.mark.pg
+@pytest.mark.parametrize("count", [1, 10**9])
+@pytest.mark.parametrize("caps", [{}, NARROWED, SMALL_SETS], ids=["default", "narrowed", "small sets"])
+def test_term_counts_forged_low_or_high_change_no_answer(
+    tmp_path: Path, pg_database: pg_server.PgUrls, monkeypatch: pytest.MonkeyPatch, count: int, caps: dict[str, int]
+) -> None:
+    """The one-term skip and SPARSE_WALK read team_count: a count far too high or too low only picks
+    another plan (held on the reviewed code)."""
+    from test_team_narrow import _corpus
+
+    for name, value in caps.items():
+        monkeypatch.setattr(search, name, value)
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
+    try:
+        union = _corpus(team)
+        with pg_server.connect(pg_database.writer) as conn:
+            conn.execute("UPDATE team_count SET n = %s", (count,))
+        for query in ("alpha", "gamma.", "gamma", "beta", "alpha beta", "beta gamma", "row1 alpha", "misc beta"):
+            for limit in (1, 5, 60):
+                got = team.reader.search(query, limit=limit)
+                assert [hit.entry for hit in got.hits] == spec_search(union, query, limit), (query, limit)
+    finally:
+        team.close()
+
+
+@pytest.mark.pg
+@pytest.mark.xfail(strict=True, reason="review: a term whose team_count is forged to 0 or below is taken as absent")
+@pytest.mark.parametrize("count", [0, -5])
+def test_a_term_count_forged_to_zero_hides_its_rows(
+    tmp_path: Path, pg_database: pg_server.PgUrls, count: int
+) -> None:
+    """lookup and mark keep a term only when its count is above 0 (pre-existing, not this change):
+    a column without terms is impossible, and the search answers nothing."""
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 1)
+    try:
+        catalog = next(iter(team.catalogs.values()))
+        write_raw(catalog.path, b"\n".join(entry_line(f"gamma {n}", memory_id=f"m{n}") for n in range(5)) + b"\n")
+        team.catch_up()
+        with pg_server.connect(pg_database.writer) as conn:
+            conn.execute("UPDATE team_count SET n = %s", (count,))
+        union = [entry for _order, entry in reference(catalog.path)]
+        got = team.reader.search("gamma", limit=3)
+        assert [hit.entry for hit in got.hits] == spec_search(union, "gamma", 3)
+    finally:
+        team.close()
