@@ -12,9 +12,12 @@ from typing import Any
 
 import pg_server
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from spec_reference import spec_search
 from test_index_differential import reference, write_raw
 from test_team_index_differential import Team, entry_line
+from test_team_narrow import _corpus, admits, rows
 
 from memstore.index import search
 from memstore.index.pg import search as pg_search
@@ -148,8 +151,6 @@ def test_term_counts_forged_low_or_high_change_no_answer(
 ) -> None:
     """The one-term skip and SPARSE_WALK read team_count: a count far too high or too low only picks
     another plan (held on the reviewed code)."""
-    from test_team_narrow import _corpus
-
     for name, value in caps.items():
         monkeypatch.setattr(search, name, value)
     team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
@@ -185,3 +186,59 @@ def test_a_term_count_forged_to_zero_hides_its_rows(
         assert [hit.entry for hit in got.hits] == spec_search(union, "gamma", 3)
     finally:
         team.close()
+
+
+# ---------------------------------------------------------------- attacks that held (kept as guards)
+
+
+@pytest.mark.pg
+def test_caps_at_one_below_and_one_above_a_sets_size_equal_the_scan(
+    tmp_path: Path, pg_database: pg_server.PgUrls, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch's count and its scored rows at each edge of its cap, for each cap the planner uses,
+    with ties in score and created_at across two sources and a token in content or a tag."""
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
+    try:
+        for number, catalog in enumerate(team.catalogs.values()):
+            lines = []
+            for n in range(40):
+                content = ("alpha " if n % 2 else "") + ("beta " if n % 3 == 0 else "") + f"z{n % 4}"
+                tags = ("beta",) if n % 5 == 0 else (("alpha",) if n % 7 == 0 else ())
+                stamp = f"2026-01-01T00:00:0{n % 3}+00:00"
+                lines.append(entry_line(content, tags=tags, memory_id=f"m{number}-{n}", stamp=stamp))
+            write_raw(catalog.path, b"\n".join(lines) + b"\n")
+        team.catch_up()
+        union = [entry for catalog in team.catalogs.values() for _order, entry in reference(catalog.path)]
+        size = sum(1 for entry in union if "alpha" in entry.content or "alpha" in entry.tags)
+        assert size == 44
+        edges = (size - 1, size, size + 1)
+        for set_rows, fallback, direct in itertools.product((1, *edges), edges, (1, size)):
+            caps = {"SET_ROWS": set_rows, "FALLBACK_CAP": fallback, "DIRECT_ROWS": direct, "CANDIDATE_CAP": 1}
+            for name, value in {**caps, "SPARSE_WALK": 0}.items():
+                monkeypatch.setattr(search, name, value)
+            for query in ("alpha", "alpha beta", "alpha z2", "beta beta alpha"):
+                for limit in (1, 3, 30):
+                    got = team.reader.search(query, limit=limit)
+                    assert [hit.entry for hit in got.hits] == spec_search(union, query, limit), (caps, query, limit)
+    finally:
+        team.close()
+
+
+odd_has = st.builds(
+    Has, st.sampled_from([CONTENT, TAGS]), st.lists(st.sampled_from("abcde"), max_size=4).map(tuple)
+)
+odd_matches: st.SearchStrategy[Match] = st.recursive(
+    odd_has,
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=4).map(lambda parts: AllOf(tuple(parts))),
+        st.lists(inner, min_size=1, max_size=4).map(lambda parts: AnyOf(tuple(parts))),
+    ),
+    max_leaves=16,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(match=odd_matches, row=rows)
+def test_spread_of_odd_trees_admits_the_same_rows(match: Match, row: dict[int, frozenset[str]]) -> None:
+    """Empty and repeated term lists, one-part ANDs and ORs, deep nesting: the same rows (held)."""
+    assert admits(pg_search.spread(match), row) == admits(match, row)
