@@ -21,6 +21,7 @@ from test_team_narrow import _corpus, admits, rows
 
 from memstore.index import search
 from memstore.index.pg import search as pg_search
+from memstore.index.pg.conn import raw_connection
 from memstore.index.search import AllOf, AnyOf, Has, Match
 from memstore.index.terms import CONTENT, TAGS
 
@@ -242,3 +243,65 @@ odd_matches: st.SearchStrategy[Match] = st.recursive(
 def test_spread_of_odd_trees_admits_the_same_rows(match: Match, row: dict[int, frozenset[str]]) -> None:
     """Empty and repeated term lists, one-part ANDs and ORs, deep nesting: the same rows (held)."""
     assert admits(pg_search.spread(match), row) == admits(match, row)
+
+
+SETTINGS_SQL = (
+    "SELECT current_setting('enable_sort'), current_setting('enable_bitmapscan'),"
+    " current_setting('statement_timeout'), current_setting('work_mem')"
+)
+
+
+@pytest.mark.pg
+@pytest.mark.parametrize("where", ["fetch", "next budget", "clean end"])
+def test_a_cut_walk_leaves_the_settings_of_its_search_and_of_the_next_one(
+    tmp_path: Path, pg_database: pg_server.PgUrls, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Every statement after a walk (cut or not) runs with sorts and bitmaps back on, the session's
+    statement_timeout and the search's work_mem; the next search on the pooled connection starts
+    from the session's settings (held)."""
+    slow = "pg_sleep(CASE WHEN current_setting('statement_timeout') LIKE '%%ms' THEN 2 ELSE 0 END)"
+    if where == "next budget":
+        monkeypatch.setattr(pg_search, "WALK_TIMEOUT", f"SELECT {slow}, set_config('statement_timeout', %s, true)")
+    elif where == "clean end":
+        real_end = pg_search._walk_end
+
+        def walk_end(before: Any, *, timed: bool, failed: bool) -> str:
+            end = real_end(before, timed=timed, failed=failed)
+            return end if failed else f"SELECT {slow.replace('%%', '%')}; {end}"
+
+        monkeypatch.setattr(pg_search, "_walk_end", walk_end)
+    else:
+        real_walk_sql = pg_search.PgSearch.walk_sql
+
+        def walk_sql(self: pg_search.PgSearch, *args: Any) -> tuple[str, dict[str, Any]]:
+            sql, params = real_walk_sql(self, *args)
+            return sql.replace(" WHERE ", f" WHERE {slow} IS NOT NULL AND ", 1), params
+
+        monkeypatch.setattr(pg_search.PgSearch, "walk_sql", walk_sql)
+    seen: list[tuple[Any, ...]] = []
+    real_rows = pg_search.PgSearch._rows
+
+    def rows(self: pg_search.PgSearch, sql: str, extra: Any = None) -> list[tuple[Any, ...]]:
+        found = self.conn.execute(SETTINGS_SQL).fetchone()
+        assert found is not None
+        seen.append(tuple(found))
+        return real_rows(self, sql, extra)
+
+    monkeypatch.setattr(pg_search.PgSearch, "_rows", rows)
+    for name, value in {"TERM_CAP": 0, "WALK_SECONDS": 0.5}.items():
+        monkeypatch.setattr(search, name, value)
+    team = Team(tmp_path, pg_database.writer, pg_database.reader, 2)
+    try:
+        union = _corpus(team)
+        with raw_connection(team.reader._engine("read")) as conn:
+            session = conn.execute(SETTINGS_SQL).fetchone()
+        assert session is not None
+        for query, limit in (("alpha", 30), ("row", 3), ("beta gamma", 40)):
+            got = team.reader.search(query, limit=limit)
+            assert [hit.entry for hit in got.hits] == spec_search(union, query, limit), (query, limit)
+            with raw_connection(team.reader._engine("read")) as conn:
+                assert conn.execute(SETTINGS_SQL).fetchone() == session
+        assert seen and all(found[:3] == ("on", "on", session[2]) for found in seen), seen
+        assert {found[3] for found in seen} == {pg_search.WORK_MEM}
+    finally:
+        team.close()
