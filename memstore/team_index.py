@@ -384,8 +384,13 @@ class TeamIndex:
                 # More tokens than one statement binds: every row holding all of them holds the
                 # first MAX_SQL_TOKENS, so those rows are found in SQL and checked here in full.
                 some = sorted(set(tokens))[:MAX_SQL_TOKENS]
+                # Every row holding them: counted here, as the sources' counts are database input (rare path).
+                counted = conn.execute(
+                    "SELECT count(*) FROM team_doc WHERE part = ANY(%s)", (sorted(parts.values()),)
+                ).fetchone()
+                every = max(int(counted[0]) if counted is not None else 0, 1)
                 for key, entry in self._entries(
-                    conn, planner(PgSearch(conn, some, parts=parts, k=total), some, total, total).run(), parts
+                    conn, planner(PgSearch(conn, some, parts=parts, k=every), some, every, every).run(), parts
                 ):
                     if memory_matches(entry, tokens):
                         known[key] = entry

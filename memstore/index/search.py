@@ -369,7 +369,8 @@ class Planner:
         self.direct = max(self.cap, min(DIRECT_ROWS, FALLBACK_CAP))
         """A narrowed set up to this size is scored outright; a larger one becomes the walk's filter."""
         if not queries.walk_builds_filters:
-            sparse = int(SPARSE_WALK * math.isqrt(FIRST_FETCH * total_rows))
+            # ``total_rows`` sums the sources' recorded counts (database input): never below 0 here.
+            sparse = int(SPARSE_WALK * math.isqrt(FIRST_FETCH * max(total_rows, 0)))
             self.direct = max(self.direct, min(sparse, SET_ROWS, FALLBACK_CAP))
         self.walked = 0
         # A full SQL pass costs far more a row than a walk's matching row brought into Python:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 from collections import Counter
 from collections.abc import Generator, Mapping, Sequence
@@ -376,9 +377,10 @@ def spread(match: Match) -> Match:
         return AnyOf(parts)
     ors = [part.parts for part in parts if isinstance(part, AnyOf)]
     plain = tuple(part for part in parts if not isinstance(part, AnyOf))
-    arms = list(itertools.product(*ors))
-    if not ors or not plain or len(arms) > SPREAD_ARMS:
+    # Counted before any arm is built: the arms multiply, one OR a token (2**n for n tokens).
+    if not ors or not plain or math.prod(len(choices) for choices in ors) > SPREAD_ARMS:
         return AllOf(parts)
+    arms = itertools.product(*ors)
     return AnyOf(tuple(AllOf(tuple(_variant(part, n) for part in (*plain, *arm))) for n, arm in enumerate(arms)))
 
 
