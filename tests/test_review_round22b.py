@@ -6,12 +6,17 @@ Each test pins one defect found; one that is not fixed yet is a strict xfail.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
+import pg_server
 import psycopg
 import pytest
 from test_index_differential import write_raw
 from test_team_index_differential import Team, entry_line
+
+from memstore.errors import MemstoreError
+from memstore.team_index import TeamIndex
 
 pytestmark = pytest.mark.pg
 
@@ -53,3 +58,38 @@ def test_a_full_load_sends_long_lines_in_bounded_writes(
     longest_row = 3 * max(map(len, lines))  # raw, c and the terms' ids
     assert len(sizes) > 2
     assert max(sizes) <= 64 * 1024 + longest_row
+
+
+@pytest.fixture
+def database_of_encoding(pg_cluster: pg_server.Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database (writer-owned, C locale) in the encoding the test is parametrized with; its writer URL."""
+    encoding = request.param
+    name = f"enc_{encoding.lower()}_{next(_counter)}"
+    with pg_server.connect(pg_cluster.url(pg_server.SUPERUSER, "postgres")) as conn:
+        conn.execute(
+            f"CREATE DATABASE {name} OWNER {pg_server.WRITER} ENCODING '{encoding}'"
+            " LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+        )
+    try:
+        yield pg_cluster.urls(name).writer
+    finally:
+        pg_server.drop_database(pg_cluster, name)
+
+
+_counter = iter(range(1, 1_000_000))
+
+
+@pytest.mark.parametrize("database_of_encoding", ["LATIN1", "SQL_ASCII"], indirect=True)
+def test_a_database_not_in_utf8_is_a_typed_error(tmp_path: Path, database_of_encoding: str) -> None:
+    """Bad input gets a typed error: a team index in a LATIN1 or SQL_ASCII database.
+
+    Cause: nothing checks the database's encoding.  In LATIN1 the connection speaks LATIN1,
+    so the first term or text outside it fails in the client (``UnicodeEncodeError`` from the
+    vocabulary's insert or the row encoder); in SQL_ASCII psycopg returns bytes for text and
+    SQLAlchemy's first connect fails on the server version (``TypeError``).  Same before
+    and after binary COPY (not a regression of it); the CLI shows the message of either.
+    """
+    root = tmp_path / "r"
+    write_raw(root / ".teaagent" / "memory.jsonl", entry_line("日本語 café", memory_id="a") + b"\n")
+    with TeamIndex(database_of_encoding) as team, pytest.raises(MemstoreError):
+        team.reindex({"s/memory.jsonl": root})
