@@ -157,6 +157,10 @@ def create_engine(
         connect_args["connect_timeout"] = connect_timeout_s
     if "application_name" not in query:
         connect_args["application_name"] = APPLICATION_NAME
+    if "client_encoding" not in query:
+        # The index's texts are Unicode: the database must be UTF8 (checked on connect), and
+        # the session speaks it too, so psycopg never decodes text as bytes (SQL_ASCII).
+        connect_args["client_encoding"] = "UTF8"
     # Linux applies tcp_user_timeout to a peer that acknowledges but does not read too: a
     # load (no read deadline) may wait for a stalled server up to its own per-wait limit.
     user_timeout = TCP_USER_TIMEOUT_MS if read_deadline_s else min(int(wait_limit * 1000), TCP_USER_TIMEOUT_MAX_MS)
@@ -175,7 +179,15 @@ def create_engine(
 
     @sa.event.listens_for(engine, "do_connect")
     def bounded(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> BoundedConnection:
-        return BoundedConnection.connect_bounded(wait_limit, *cargs, **cparams)
+        conn = BoundedConnection.connect_bounded(wait_limit, *cargs, **cparams)
+        encoding = conn.info.parameter_status("server_encoding") or "?"
+        if encoding != "UTF8":
+            conn.close()
+            raise IndexExtensionError(
+                f"PostgreSQL index {index_url.redacted()}: the database's encoding is {encoding}, not UTF8"
+                " (create it with ENCODING 'UTF8')"
+            )
+        return conn
 
     return engine
 

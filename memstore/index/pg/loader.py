@@ -67,6 +67,8 @@ INDEX_MEMORY = "256MB"
 IN_PLACE_ROWS = 2_000
 """A rewritten source with at most this many rows is rebuilt in its current partition (delete and
 insert, one transaction) rather than through a new one: DDL costs more than a few rows do."""
+WRITE_BYTES = 1024 * 1024
+"""A full load sends its binary rows to COPY in writes of about this many bytes."""
 DOC_COLUMNS = "part, id, sid, c, t, created_at, bonus, odd, off, len, cterms, tterms, raw"
 """The order of a row's fields in :func:`memstore.index.pg.copy_binary.doc_row`."""
 BINARY = "(FORMAT BINARY)"
@@ -454,15 +456,17 @@ class SourceLoader:
                     for start in range(0, len(rows), BATCH_ROWS):
                         docs = [doc_of(row) for row in rows[start : start + BATCH_ROWS]]
                         vocab.ensure(wanted_terms(docs))
-                        # One write per batch: a write per row costs more than building the row.
-                        copy.write(
-                            b"".join(
-                                [
-                                    _doc_row(doc, part, number, sid, lookups, held, fd, encoding)
-                                    for number, doc in enumerate(docs, start=row_id + 1)
-                                ]
-                            )
-                        )
+                        # Rows go out in writes of about WRITE_BYTES: a write per row costs more than
+                        # building the row, and one per batch would hold a batch of long lines twice over.
+                        pending, size = list[bytes](), 0
+                        for number, doc in enumerate(docs, start=row_id + 1):
+                            row = _doc_row(doc, part, number, sid, lookups, held, fd, encoding)
+                            pending.append(row)
+                            size += len(row)
+                            if size >= WRITE_BYTES:
+                                copy.write(b"".join(pending))
+                                pending, size = [], 0
+                        copy.write(b"".join(pending))
                         count_held(counts, held)
                         row_id += len(docs)
                     end = parsed.end
