@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_index_differential import write_raw
 from test_team_index_differential import Team, entry_line
+from test_team_row_writer import recorded_copy_writes
 
 from memstore.errors import MemstoreError
 from memstore.index.pg.copy_binary import HEADER, TRAILER, doc_row, id_element, int4_array
@@ -40,14 +41,7 @@ def test_a_full_load_sends_long_lines_in_bounded_writes(
     from memstore.index.pg import loader
 
     monkeypatch.setattr(loader, "WRITE_BYTES", 64 * 1024)
-    sizes: list[int] = []
-    write = psycopg.Copy.write
-
-    def recorded(self: psycopg.Copy, buffer: bytes | str) -> None:
-        sizes.append(len(buffer))
-        write(self, buffer)
-
-    monkeypatch.setattr(psycopg.Copy, "write", recorded)
+    sizes = recorded_copy_writes(monkeypatch)
     rng = random.Random(5)
     words = [f"w{n}" for n in range(3000)]
     lines = [

@@ -121,7 +121,7 @@ def test_nul_in_created_at_does_not_break_catch_up(tmp_path: Path, pg_writer_url
 
     Cause: memstore/index/lines.py row_values checks created_at with encodable() (surrogates only),
     not sql_safe() (NUL too) — enough for SQLite, but PostgreSQL text cannot hold NUL: the team
-    loader (memstore/index/pg/rows.py doc_of, loader._doc_row) sends it to COPY, which fails, so
+    loader (memstore/index/pg/rows.py doc_of, loader._RowWriter) sends it to COPY, which fails, so
     every catch-up of the source fails.  Severity: wrong answer (the whole source is missing).
     """
     team = Team(tmp_path, pg_writer_url, pg_reader_url, 1)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import Copy
 from psycopg import errors as pg_errors
 from psycopg.sql import SQL
 from sqlalchemy.engine import Engine
@@ -301,14 +302,12 @@ class SourceLoader:
                     rows -= 1
                     for ids in gone:
                         counts.subtract(map(id_element, ids))
-            lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
+            rows_out = _RowWriter(source.part, source.sid, id_lookups(vocab.ids), counts, fd, encoding)
             with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN {BINARY}") as copy:
                 copy.write(HEADER)
-                for doc in docs:
-                    copy.write(_doc_row(doc, source.part, next_id, source.sid, lookups, held, fd, encoding))
-                    next_id += 1
+                rows_out.write(copy, docs, first_id=next_id)
                 copy.write(TRAILER)
-            count_held(counts, held)
+            next_id += len(docs)
             rows += len(docs)
             _add_counts(conn, source.sid, counts)
             new = SourceState.of_file(
@@ -406,13 +405,11 @@ class SourceLoader:
         encoding = conn.info.encoding
         with conn.transaction():
             conn.execute("DELETE FROM team_doc WHERE part = %s", (source.part,))
-            lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
+            rows_out = _RowWriter(source.part, source.sid, id_lookups(vocab.ids), counts, fd, encoding)
             with conn.cursor().copy(f"COPY {partition_name(source.part)} ({DOC_COLUMNS}) FROM STDIN {BINARY}") as copy:
                 copy.write(HEADER)
-                for row_id, doc in enumerate(docs, start=1):
-                    copy.write(_doc_row(doc, source.part, row_id, source.sid, lookups, held, fd, encoding))
+                rows_out.write(copy, docs, first_id=1)
                 copy.write(TRAILER)
-            count_held(counts, held)
             conn.execute("DELETE FROM team_count WHERE sid = %s", (source.sid,))
             _copy_counts(conn, source.sid, counts)
             new = SourceState.of_file(
@@ -439,7 +436,7 @@ class SourceLoader:
         vocab = Vocabulary(vconn)
         counts: Counter[bytes] = Counter()
         encoding = conn.info.encoding
-        lookups, held = id_lookups(vocab.ids), list[list[bytes]]()
+        rows_out = _RowWriter(part, sid, id_lookups(vocab.ids), counts, fd, encoding)
         self._seen = []  # this parse alone (a small source may have been parsed once already)
         row_id = 0
         end, tail_end, corrupt, blank = 0, None, 0, 0
@@ -456,18 +453,7 @@ class SourceLoader:
                     for start in range(0, len(rows), BATCH_ROWS):
                         docs = [doc_of(row) for row in rows[start : start + BATCH_ROWS]]
                         vocab.ensure(wanted_terms(docs))
-                        # Rows go out in writes of about WRITE_BYTES: a write per row costs more than
-                        # building the row, and one per batch would hold a batch of long lines twice over.
-                        pending, size = list[bytes](), 0
-                        for number, doc in enumerate(docs, start=row_id + 1):
-                            row = _doc_row(doc, part, number, sid, lookups, held, fd, encoding)
-                            pending.append(row)
-                            size += len(row)
-                            if size >= WRITE_BYTES:
-                                copy.write(b"".join(pending))
-                                pending, size = [], 0
-                        copy.write(b"".join(pending))
-                        count_held(counts, held)
+                        rows_out.write(copy, docs, first_id=row_id + 1)
                         row_id += len(docs)
                     end = parsed.end
                     corrupt += parsed.corrupt
@@ -568,16 +554,44 @@ def _indexed(state: SourceState | None) -> int:
     return state.tail_end if state.tail_end is not None else state.indexed_to
 
 
-def _doc_row(
-    doc: Doc, part: int, row_id: int, sid: int, lookups: IdLookups, held: list[list[bytes]], fd: int, encoding: str
-) -> bytes:
-    """The row in COPY's binary format; texts in the connection's encoding, as psycopg would send them."""
-    raw = os.pread(fd, doc.length, doc.off)
-    if doc.odd or doc.created_at is None:
-        return doc_row(part, row_id, sid, b"", b"", None, 0, True, doc.off, doc.length, EMPTY_ARRAY, EMPTY_ARRAY, raw)
-    cterms, tterms = id_arrays(doc, lookups, held)
-    c, t, created_at = doc.c.encode(encoding), doc.t.encode(encoding), doc.created_at.encode(encoding)
-    return doc_row(part, row_id, sid, c, t, created_at, doc.bonus, False, doc.off, doc.length, cterms, tterms, raw)
+class _RowWriter:
+    """One partition's rows into a binary COPY, with their terms counted: every load path writes through it.
+
+    Rows go out in writes of about :data:`WRITE_BYTES`: a write per row costs more than
+    building the row, and one per batch would hold a batch of long lines twice over.
+    """
+
+    __slots__ = ("counts", "encoding", "fd", "held", "lookups", "part", "sid")
+
+    def __init__(self, part: int, sid: int, lookups: IdLookups, counts: Counter[bytes], fd: int, encoding: str) -> None:
+        self.part, self.sid, self.lookups, self.counts = part, sid, lookups, counts
+        self.fd, self.encoding = fd, encoding
+        self.held: list[list[bytes]] = []
+
+    def write(self, copy: Copy, docs: Sequence[Doc], *, first_id: int) -> None:
+        """Rows for ``docs`` numbered from ``first_id``; their terms are in ``counts`` on return."""
+        pending, size = list[bytes](), 0
+        for row_id, doc in enumerate(docs, start=first_id):
+            row = self._row(doc, row_id)
+            pending.append(row)
+            size += len(row)
+            if size >= WRITE_BYTES:
+                copy.write(b"".join(pending))
+                pending, size = [], 0
+        if pending:
+            copy.write(b"".join(pending))
+        count_held(self.counts, self.held)
+
+    def _row(self, doc: Doc, row_id: int) -> bytes:
+        """The row in COPY's binary format; texts in the connection's encoding, as psycopg would send them."""
+        raw = os.pread(self.fd, doc.length, doc.off)
+        part, sid, off, length = self.part, self.sid, doc.off, doc.length
+        if doc.odd or doc.created_at is None:
+            return doc_row(part, row_id, sid, b"", b"", None, 0, True, off, length, EMPTY_ARRAY, EMPTY_ARRAY, raw)
+        cterms, tterms = id_arrays(doc, self.lookups, self.held)
+        encoding = self.encoding
+        c, t, created_at = doc.c.encode(encoding), doc.t.encode(encoding), doc.created_at.encode(encoding)
+        return doc_row(part, row_id, sid, c, t, created_at, doc.bonus, False, off, length, cterms, tterms, raw)
 
 
 def _add_counts(conn: PgConn, sid: int, counts: Counter[bytes]) -> None:
