@@ -131,21 +131,17 @@ def read_direct(fd: int, start: int, end: int, feed: Callable[[memoryview], None
 
     For one pass over a big file just written around it (a rewrite's proof): read
     through the cache, every byte would need a fresh page again.  The file is reopened
-    ``O_DIRECT`` through ``/proc/self/fd`` (the very inode, checked); where that or a
-    read is refused the rest is read the ordinary way.  Returns where the reads ended
-    (short of ``end`` at the end of the file).
+    ``O_DIRECT`` through ``/proc/self/fd`` (the very inode, checked); each block is read
+    on a second thread while ``feed`` digests the one before (both release the GIL).
+    Where the reopen or a read is refused the rest is read the ordinary way.  Returns
+    where the reads ended (short of ``end`` at the end of the file).
     """
     direct = _reopen_direct(fd)
     pos = start
     if direct is not None:
-        buffer = mmap.mmap(-1, STAGE_BYTES)
-        view = memoryview(buffer)
         try:
-            pos = _feed_direct(direct, view, start, end, feed)
+            pos = _feed_direct(direct, start, end, feed)
         finally:
-            view.release()
-            with contextlib.suppress(BufferError):  # ``feed`` kept a slice: freed with it
-                buffer.close()
             os.close(direct)
     while pos < end:
         chunk = os.pread(fd, min(STAGE_BYTES, end - pos), pos)
@@ -154,6 +150,10 @@ def read_direct(fd: int, start: int, end: int, feed: Callable[[memoryview], None
         feed(memoryview(chunk))
         pos += len(chunk)
     return pos
+
+
+READ_BYTES = 4 * 1024 * 1024
+"""Bytes per direct read (fewer, larger requests: measured faster than 1 MiB on a virtual disk)."""
 
 
 def _reopen_direct(fd: int) -> int | None:
@@ -172,22 +172,41 @@ def _reopen_direct(fd: int) -> int | None:
     return direct
 
 
-def _feed_direct(direct: int, view: memoryview, start: int, end: int, feed: Callable[[memoryview], None]) -> int:
+def _feed_direct(direct: int, start: int, end: int, feed: Callable[[memoryview], None]) -> int:
     """Read aligned blocks from ``start`` (rounded down) while they come whole; returns where feeding stopped."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    buffers = [mmap.mmap(-1, READ_BYTES) for _ in range(2)]  # page-aligned
+    views = [memoryview(buffer) for buffer in buffers]
     at = start - start % ALIGN
     pos = start
-    while pos < end:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-direct-read") as reader:
         try:
-            got = os.preadv(direct, [view], at)
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            return pos  # refused: the caller reads on the ordinary way
-        stop = min(at + got, end)
-        if stop > pos:
-            feed(view[pos - at : stop - at])
-            pos = stop
-        if got < len(view):
-            return pos  # the end of the file (or a short read: the rest the ordinary way)
-        at += got
-    return pos
+            turn = 0
+            reading = reader.submit(os.preadv, direct, [views[turn]], at)
+            while pos < end:
+                try:
+                    got = reading.result()
+                except OSError as exc:
+                    if exc.errno != errno.EINVAL:
+                        raise
+                    return pos  # refused: the caller reads on the ordinary way
+                whole = got == READ_BYTES and at + got < end
+                if whole:  # the next block is read while this one is fed
+                    reading = reader.submit(os.preadv, direct, [views[1 - turn]], at + got)
+                stop = min(at + got, end)
+                if stop > pos:
+                    feed(views[turn][pos - at : stop - at])
+                    pos = stop
+                if not whole:
+                    return pos  # the end of the file or of the range (a short read: the rest the ordinary way)
+                at += got
+                turn = 1 - turn
+            return pos
+        finally:
+            if not reading.cancel():
+                reading.exception()  # a read in flight finishes before its buffer is freed
+            for view, buffer in zip(views, buffers, strict=True):
+                view.release()
+                with contextlib.suppress(BufferError):  # ``feed`` kept a slice: freed with it
+                    buffer.close()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from memstore import direct_io
 from memstore.catalog import MemoryCatalog
-from memstore.direct_io import ALIGN, STAGE_BYTES, DirectWriter, read_direct
+from memstore.direct_io import ALIGN, READ_BYTES, STAGE_BYTES, DirectWriter, read_direct
 from memstore.files import Replacement
 from memstore.index.catalog_index import RewritePlan
 from memstore.jsonl import encode_entries
@@ -178,9 +178,9 @@ def test_a_catalog_rewrite_writes_its_new_file_direct_and_stays_exact(
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    size=st.sampled_from([0, 1, ALIGN - 1, ALIGN + 3, STAGE_BYTES, STAGE_BYTES + ALIGN + 7, 2 * STAGE_BYTES + 1]),
-    start=st.integers(0, 2 * STAGE_BYTES + 9),
-    length=st.integers(0, 2 * STAGE_BYTES + 9),
+    size=st.sampled_from([0, 1, ALIGN - 1, ALIGN + 3, READ_BYTES, READ_BYTES + ALIGN + 7, 2 * READ_BYTES + 1]),
+    start=st.integers(0, 2 * READ_BYTES + 9),
+    length=st.integers(0, 2 * READ_BYTES + 9),
 )
 def test_read_direct_feeds_exactly_the_bytes_asked_for_up_to_the_end_of_the_file(
     tmp_path: Path, size: int, start: int, length: int
@@ -248,3 +248,31 @@ def test_the_index_follow_up_proves_a_directly_written_file_by_direct_reads_and_
     assert catalog.delete_by_branch("kept-2") > 0
     assert [entry.content for entry in catalog.search("zqxwv")] == ["zqxwv note"]
     assert catalog.check_index().equal
+
+
+def test_read_direct_refused_midway_reads_the_rest_the_ordinary_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not _supports_direct(tmp_path):
+        pytest.skip("no O_DIRECT on this file system")
+    path = tmp_path / "data"
+    data = bytes(range(256)) * (3 * READ_BYTES // 256) + b"tail"
+    path.write_bytes(data)
+    calls = []
+    real = os.preadv
+
+    def refusing_second(fd: int, buffers: list[memoryview], offset: int) -> int:
+        calls.append(offset)
+        if len(calls) == 2:
+            raise OSError(errno.EINVAL, "alignment")
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_io.os, "preadv", refusing_second)
+    fd = os.open(path, os.O_RDONLY)
+    fed = bytearray()
+    try:
+        assert read_direct(fd, 10, len(data), lambda view: fed.extend(view)) == len(data)
+    finally:
+        os.close(fd)
+    assert bytes(fed) == data[10:]
+    assert calls[:2] == [0, READ_BYTES]
