@@ -1,7 +1,7 @@
-"""Writing a big new file around the page cache (``O_DIRECT``), for the rewrite of memory.jsonl.
+"""Writing a big new file around the page cache (``O_DIRECT``), and reading it once so, for a rewrite.
 
-A rewrite writes a whole new copy of the catalog, and its fsync writes all of it out
-again.  Through the page cache every byte first needs a fresh page; on a virtual
+A rewrite writes a whole new copy of the catalog, and its fsync sends all of it to the
+disk anyway.  Through the page cache every byte first needs a fresh page; on a virtual
 machine whose host takes free guest memory back, that costs several seconds for
 400 MB, many times what the disk itself takes.  Staged in one aligned buffer and
 written ``O_DIRECT``, whole blocks go to the disk once.  Only whole aligned blocks go
@@ -24,6 +24,8 @@ ALIGN = 4096
 """Offset, length and buffer alignment of a direct write (a multiple of every common logical block size)."""
 STAGE_BYTES = 1024 * 1024
 """Bytes staged per direct write (a multiple of ``ALIGN``)."""
+O_DIRECT: int = getattr(os, "O_DIRECT", 0)
+"""0 where the platform has no such flag (macOS): every write and read is then an ordinary one."""
 
 
 class DirectWriter:
@@ -40,9 +42,11 @@ class DirectWriter:
         self._filled = 0
         self.direct_bytes = 0
         """Bytes written around the page cache so far."""
+        if not O_DIRECT:
+            return
         try:
             flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-            fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags | O_DIRECT)
         except OSError:
             return  # the file system has no direct I/O: ordinary writes
         self._buffer = mmap.mmap(-1, STAGE_BYTES)  # page-aligned
@@ -121,7 +125,7 @@ class DirectWriter:
     def _stop(self) -> None:
         """Clear ``O_DIRECT`` and drop the buffer (the staged bytes were taken out first)."""
         flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
-        fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+        fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~O_DIRECT)
         self._filled = 0
         self.close()
 
@@ -157,8 +161,10 @@ READ_BYTES = 4 * 1024 * 1024
 
 
 def _reopen_direct(fd: int) -> int | None:
+    if not O_DIRECT:
+        return None
     try:
-        direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
+        direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | O_DIRECT | os.O_CLOEXEC)
     except OSError:
         return None
     try:

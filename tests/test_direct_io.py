@@ -27,8 +27,10 @@ from memstore.jsonl import encode_entries
 
 def _supports_direct(folder: Path) -> bool:
     probe = folder / "direct-probe"
+    if not direct_io.O_DIRECT:
+        return False
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | direct_io.O_DIRECT, 0o600)
     except OSError:
         return False
     os.close(fd)
@@ -91,7 +93,7 @@ def test_direct_writes_then_ordinary_ones_hold_every_byte_in_order(
 
 def test_a_file_system_without_direct_io_gets_ordinary_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def refusing(fd: int, command: int, arg: int = 0) -> int:
-        if command == direct_io.fcntl.F_SETFL and arg & os.O_DIRECT:
+        if command == direct_io.fcntl.F_SETFL and arg & direct_io.O_DIRECT:
             raise OSError(errno.EINVAL, "no direct I/O here")
         return real(fd, command, arg)
 
