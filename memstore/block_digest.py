@@ -80,8 +80,16 @@ class PrefixDigest:
                 self._blocks.append(self._hasher.digest()[:DIGEST_BYTES])
                 self._hasher = sha256()
 
-    def extend(self, fd: int, end: int) -> None:
-        """Digest the bytes from the current end up to ``end`` (stops early if the file is shorter)."""
+    def extend(self, fd: int, end: int, *, direct: bool = False) -> None:
+        """Digest the bytes from the current end up to ``end`` (stops early if the file is shorter).
+
+        ``direct``: read around the page cache (:func:`memstore.direct_io.read_direct`).
+        """
+        if direct:
+            from memstore.direct_io import read_direct
+
+            read_direct(fd, self.end, end, self.update)
+            return
         buffer = bytearray(READ_CHUNK)
         view = memoryview(buffer)
         while self.end < end:

@@ -85,7 +85,7 @@ def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
             raise storage_error("read", path, exc) from exc
         try:
             upto = last_line_end(fd, st.st_size)
-            copy = KeptCopy(fd, 0, lambda: Replacement(path, digest=True))
+            copy = KeptCopy(fd, 0, lambda: Replacement(path, digest=True, direct=True))
             scan = scan_for_removal(fd, upto, key=key, value=value, copy=copy)
         except OSError as exc:
             if _changed_since(fd, st):
@@ -140,12 +140,12 @@ def finish(
                 else:  # nothing went before ``upto``: what follows is copied only if something goes there
                     rest = scan_for_removal(fd, st.st_size, key=key, value=value, start=prepared.upto)
                     if rest.removed:
-                        replacement = Replacement(path, digest=True)
+                        replacement = Replacement(path, digest=True, direct=True)
                         replacement.copy(fd, [*head.kept, *rest.kept])
             else:
                 if prepared is not None:
                     prepared.discard()
-                head, copy = RemovalScan(), KeptCopy(fd, 0, lambda: Replacement(path, digest=True))
+                head, copy = RemovalScan(), KeptCopy(fd, 0, lambda: Replacement(path, digest=True, direct=True))
                 try:
                     rest = scan_for_removal(fd, st.st_size, key=key, value=value, copy=copy)
                 finally:
@@ -164,6 +164,7 @@ def finish(
         written = replacement.hasher.pack() if replacement.hasher is not None else b""
         _still_at_path(path, st)
         after = replacement.commit()
+        direct = replacement.direct_bytes > 0
     finally:
         if replacement is not None:
             replacement.discard()
@@ -174,6 +175,7 @@ def finish(
         written=written,
         key=key,
         value=value,
+        direct=direct,
     )
     return Rewritten(removed, plan, after)
 

@@ -18,11 +18,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from memstore.block_digest import PrefixDigest
 from memstore.errors import LockError, NotRegularFileError, StorageError
 from memstore.lines_seen import LineRecorder
+
+if TYPE_CHECKING:
+    from memstore.direct_io import DirectWriter
 
 T = TypeVar("T")
 
@@ -534,10 +537,12 @@ class Replacement:
     drops (:meth:`copy`), digesting them on the way when asked (``digest``), so the
     index can later prove the file holds what was written.  Anything but a regular file at
     ``path`` (a symbolic link above all) is refused, not replaced.  Used as a context
-    manager, the temp file is removed unless :meth:`commit` succeeded.
+    manager, the temp file is removed unless :meth:`commit` succeeded.  With ``direct``
+    the bytes go to the disk around the page cache (:mod:`memstore.direct_io`): for
+    a rewrite of a big file, whose every byte is new.
     """
 
-    def __init__(self, path: Path, *, mode: int | None = None, digest: bool = False) -> None:
+    def __init__(self, path: Path, *, mode: int | None = None, digest: bool = False, direct: bool = False) -> None:
         self.path = path
         self.hasher: PrefixDigest | None = PrefixDigest() if digest else None
         """With ``digest``: the block digest of every byte written so far, in order (the index's form)."""
@@ -552,6 +557,13 @@ class Replacement:
         if mode is None:
             mode = DEFAULT_FILE_MODE if current is None else current.st_mode & 0o777
         self.temp, self.fd = self._create(mode)
+        self._direct: DirectWriter | None = None
+        self.direct_bytes = 0
+        """Bytes that went to the disk around the page cache (a reader of the new file may read them so too)."""
+        if direct:
+            from memstore.direct_io import DirectWriter
+
+            self._direct = DirectWriter(self.fd)
 
     def _create(self, mode: int) -> tuple[Path, int]:
         while True:
@@ -569,29 +581,45 @@ class Replacement:
             os.close(fd)
 
     def write(self, data: bytes) -> None:
+        if self._direct is not None:
+            self.write_parts([memoryview(data)])
+            return
         self._do(lambda: write_all(self.fd, data))
         if self.hasher is not None:
             self.hasher.update(data)
 
     def write_parts(self, parts: Sequence[memoryview]) -> None:
         """Write the parts in order, in few system calls (the kept runs of a block a scan read)."""
-        self._do(lambda: writev_all(self.fd, parts))
+        self._do(lambda: self._put(parts))
         if self.hasher is not None:
             for part in parts:
                 self.hasher.update(part)
 
     def copy(self, source: int, ranges: Sequence[tuple[int, int]]) -> None:
-        self._do(lambda: _copy_ranges(source, self.fd, ranges, self.hasher))
+        self._do(lambda: _copy_ranges(source, self._put, ranges, self.hasher))
 
     def sync(self) -> None:
         """Make what is written so far durable (a last, shorter fsync at :meth:`commit` then suffices)."""
-        self._do(lambda: os.fsync(self.fd))
+        self._do(self._fsync)
+
+    def _put(self, parts: Sequence[memoryview]) -> None:
+        if self._direct is not None:
+            self._direct.write(parts)
+        else:
+            writev_all(self.fd, parts)
+
+    def _fsync(self) -> None:
+        if self._direct is not None:
+            self._direct.finish()  # what follows is short: written through the page cache
+            self.direct_bytes = self._direct.direct_bytes
+            self._direct = None
+        os.fsync(self.fd)
 
     def commit(self) -> os.stat_result:
         """fsync, rename over ``path``, fsync the folder; the stat of the new file."""
 
         def swap() -> os.stat_result:
-            os.fsync(self.fd)
+            self._fsync()
             written = os.fstat(self.fd)
             os.replace(self.temp, self.path)
             return written
@@ -620,6 +648,9 @@ class Replacement:
             raise storage_error("rewrite", self.path, exc) from exc
 
     def _close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
         fd, self.fd = self.fd, -1
         if fd >= 0:
             with contextlib.suppress(OSError):
@@ -637,7 +668,10 @@ class Replacement:
 
 
 def _copy_ranges(
-    source: int, target: int, ranges: Sequence[tuple[int, int]], hasher: PrefixDigest | None = None
+    source: int,
+    put: Callable[[Sequence[memoryview]], None],
+    ranges: Sequence[tuple[int, int]],
+    hasher: PrefixDigest | None = None,
 ) -> None:
     # Through this process, not copy_file_range: a rewrite digests every byte it writes.
     for start, end in ranges:
@@ -646,7 +680,7 @@ def _copy_ranges(
             chunk = os.pread(source, min(READ_CHUNK, end - offset), offset)
             if not chunk:
                 raise OSError(errno.EIO, "the file shrank while it was being copied")
-            write_all(target, chunk)
+            put([memoryview(chunk)])
             if hasher is not None:
                 hasher.update(chunk)
             offset += len(chunk)

@@ -37,6 +37,7 @@ import pytest
 import reliability_workers as workers
 
 import memstore.catalog
+import memstore.direct_io
 import memstore.files
 import memstore.group_commit
 import memstore.pinned
@@ -247,6 +248,7 @@ def _faulted(monkeypatch: pytest.MonkeyPatch, faulty: FaultyOS) -> Iterator[None
     with monkeypatch.context() as patch:
         patch.setattr(memstore.files, "os", faulty)
         patch.setattr(memstore.group_commit, "os", faulty)
+        patch.setattr(memstore.direct_io, "os", faulty)  # a rewrite's new file is written there
         yield
 
 
@@ -362,12 +364,12 @@ class NoKernelCopyOS(FaultyOS):
 
 
 def test_enospc_keeps_its_errno(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rewrite copies through this process (it digests what it writes, gathered in ``writev``):
-    a full disk fails its write."""
+    """A rewrite copies through this process (it digests what it writes, staged for ``O_DIRECT``
+    and written with ``write``): a full disk fails its write."""
     catalog = MemoryCatalog(tmp_path)
     catalog.add("a", branch_name="b")
     catalog.add("kept", branch_name="c")
-    for _ in _faulted(monkeypatch, NoKernelCopyOS("writev", 1, errno.ENOSPC, persistent=True)):
+    for _ in _faulted(monkeypatch, NoKernelCopyOS("write", 1, errno.ENOSPC, persistent=True)):
         with pytest.raises(StorageError) as caught:
             catalog.delete_by_branch("b")
     assert caught.value.errno == errno.ENOSPC

@@ -64,6 +64,8 @@ class RewritePlan(NamedTuple):
     key: str = ""
     value: str = ""
     """The field and value the removed entries held: where the index looks for their rows first."""
+    direct: bool = False
+    """The new file was written around the page cache: the proof reads it the same way."""
 
 
 class _Ingest:
@@ -595,6 +597,7 @@ class CatalogIndex(IndexedSource):
                 blank=0,
                 expected=plan.written,
                 chain=self.append_chain(),
+                direct=plan.direct,
             )
             self._delete_rows(conn, removed)
             _shift_offsets(conn, plan.dropped, removed_at)

@@ -141,6 +141,7 @@ class SourceState(NamedTuple):
         seen: Sequence[LinesSeen] = (),
         expected: bytes | None = None,
         chain: AppendChain | None = None,
+        direct: bool = False,
     ) -> SourceState | None:
         """The state of the open file indexed up to ``indexed_to``; None if it no longer holds what was read.
 
@@ -152,7 +153,8 @@ class SourceState(NamedTuple):
         have (a file memstore wrote).  The sampled fingerprints are taken first: bytes
         changed after them fail the proof.  ``chain`` is memstore's append chain for the
         file: when it ends at ``st``, its nonce is kept, so later appends on it are
-        known to be appends (:mod:`memstore.append_chain`).
+        known to be appends (:mod:`memstore.append_chain`).  ``direct``: the bytes not yet
+        digested are read around the page cache (a file just written around it).
         """
         head_hash = head_fingerprint(fd, indexed_to)
         edge_hash = edge_fingerprint(fd, indexed_to)
@@ -169,7 +171,7 @@ class SourceState(NamedTuple):
             if not still_holds(fd, seen, functools.partial(prefix.take, end=indexed_to)):
                 return None
         if prefix.end < indexed_to:
-            prefix.extend(fd, indexed_to)
+            prefix.extend(fd, indexed_to, direct=direct)
         if prefix.end != indexed_to or (expected is not None and prefix.pack() != expected):
             return None
         nonce = chain.nonce if chain is not None and chain.ends_at(st) else 0
