@@ -235,3 +235,28 @@ def test_a_first_build_does_not_import_alembic(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == [1, False, False]
     assert index_path(tmp_path).exists()
+
+
+def test_a_full_build_proves_the_file_on_a_second_thread_while_fts5_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole-file proof overlaps the word index's rebuild; a catch-up still proves inline."""
+    import threading
+
+    from memstore.index.source import SourceState
+
+    threads: list[str] = []
+    real = SourceState.of_file.__func__  # type: ignore[attr-defined]
+
+    def of_file(cls: type[SourceState], *args: object, **kwargs: object) -> object:
+        threads.append(threading.current_thread().name)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(SourceState, "of_file", classmethod(of_file))
+    catalog = filled(tmp_path, 20)
+    assert threads and threads[0].startswith("memstore-build-proof")
+    catalog.add("one more entry about caching")
+    assert len(catalog.search("caching", limit=50)) == 21
+    assert threads[-1] == threading.current_thread().name
+    scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    assert catalog.search("entry number", limit=50) == scan.search("entry number", limit=50)
