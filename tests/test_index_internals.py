@@ -185,3 +185,78 @@ def test_a_catalog_grows_its_cache_when_it_searches_again(tmp_path: Path) -> Non
     assert _cache_kib(index._conn) == FIRST_CACHE_KIB
     assert catalog.search("caching", limit=5) == first
     assert _cache_kib(index._conn) == CACHE_KIB
+
+
+def _schema_facts(path: Path) -> dict[str, object]:
+    conn = sqlite3.connect(path)
+    try:
+        shadow_config = [
+            (name, conn.execute(f'SELECT k, v FROM "{name}" ORDER BY k').fetchall())
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%\\_config' ESCAPE '\\'")
+        ]
+        return {
+            "master": sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()),
+            "revision": conn.execute("SELECT version_num FROM alembic_version").fetchall(),
+            "user_version": conn.execute("PRAGMA user_version").fetchone()[0],
+            "fts_config": sorted(shadow_config),
+            "rows": {
+                table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("source", "doc", "pos", "card", "card_kw", "term")
+            },
+        }
+    finally:
+        conn.close()
+
+
+def test_a_fresh_index_file_is_what_the_migrations_make(tmp_path: Path) -> None:
+    """A build creates its schema from schema_sql.py, not Alembic: the file is the migrated one, and Alembic agrees."""
+    from memstore.index.db import _create_schema
+    from memstore.index.migrate import upgrade_to_head
+
+    migrated, created = tmp_path / "migrated.sqlite3", tmp_path / "created.sqlite3"
+    upgrade_to_head(migrated)
+    conn = sqlite3.connect(created, isolation_level=None)
+    _create_schema(conn)
+    conn.close()
+    assert _schema_facts(created) == _schema_facts(migrated)
+    upgrade_to_head(created)  # already at head: Alembic runs nothing
+    assert _schema_facts(created) == _schema_facts(migrated)
+
+
+def test_a_first_build_does_not_import_alembic(tmp_path: Path) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add("the entry about caching", tags=["misc"])
+    code = (
+        "import json, sys\n"
+        "from memstore.catalog import MemoryCatalog\n"
+        "hits = MemoryCatalog(sys.argv[1]).search('caching')\n"
+        "print(json.dumps([len(hits), 'alembic' in sys.modules, 'sqlalchemy' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [1, False, False]
+    assert index_path(tmp_path).exists()
+
+
+def test_a_full_build_proves_the_file_on_a_second_thread_while_fts5_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole-file proof overlaps the word index's rebuild; a catch-up still proves inline."""
+    import threading
+
+    from memstore.index.source import SourceState
+
+    threads: list[str] = []
+    real = SourceState.of_file.__func__  # type: ignore[attr-defined]
+
+    def of_file(cls: type[SourceState], *args: object, **kwargs: object) -> object:
+        threads.append(threading.current_thread().name)
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(SourceState, "of_file", classmethod(of_file))
+    catalog = filled(tmp_path, 20)
+    assert threads and threads[0].startswith("memstore-build-proof")
+    catalog.add("one more entry about caching")
+    assert len(catalog.search("caching", limit=50)) == 21
+    assert threads[-1] == threading.current_thread().name
+    scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    assert catalog.search("entry number", limit=50) == scan.search("entry number", limit=50)

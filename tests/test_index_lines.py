@@ -188,3 +188,79 @@ def test_a_bulk_build_refuses_rows_it_did_not_number(tmp_path: Path, monkeypatch
     scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
     assert catalog.search("entry", limit=5) == scan.search("entry", limit=5)
     assert not catalog.index_path.exists()
+
+
+def test_every_range_of_a_worker_build_comes_back_from_the_worker_whole(
+    source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marshalled answer carries each range whole (rows, counts, tail, what was seen): none is parsed here."""
+    parsed_here: list[tuple[int, int]] = []
+    real_parse = lines.parse_range
+
+    def counted(fd: int, start: int, stop: int) -> ParsedRange:
+        parsed_here.append((start, stop))
+        return real_parse(fd, start, stop)
+
+    monkeypatch.setattr(lines, "parse_range", counted)
+    ranges = _through_worker(source, monkeypatch)
+    assert parsed_here == []
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        for parsed in ranges:
+            assert parsed.seen is not None
+            here = real_parse(fd, parsed.seen.start, parsed.seen.stop)
+            assert (
+                parsed.rows,
+                parsed.blank,
+                parsed.corrupt,
+                parsed.end,
+                parsed.tail,
+                parsed.tail_end,
+                parsed.seen,
+            ) == (here.rows, here.blank, here.corrupt, here.end, here.tail, here.tail_end, here.seen)
+    finally:
+        os.close(fd)
+
+
+def test_a_parsed_range_survives_marshal_with_odd_text_and_skipped_lines() -> None:
+    import marshal
+
+    from memstore.lines_seen import LinesSeen
+
+    parsed = ParsedRange(end=90)
+    parsed.rows = [
+        (0, 40, "m\ud800", "", "", None, 0, None, None, "", "", 1),
+        (41, 9, "m2", "é", "t", "2026", 2, "b", None, "x2d", "", 0),
+    ]
+    parsed.blank, parsed.corrupt = 1, 2
+    parsed.tail, parsed.tail_end = (90, 5, "t", "last", "", "2027", 0, None, None, "", "", 0), 95
+    parsed.seen = LinesSeen(0, 95, b"\x01" * 32, ((51, 60),))
+    back = ParsedRange.from_plain(marshal.loads(marshal.dumps(parsed.plain())))
+    assert (back.rows, back.end, back.blank, back.corrupt, back.tail, back.tail_end, back.seen) == (
+        parsed.rows,
+        parsed.end,
+        parsed.blank,
+        parsed.corrupt,
+        parsed.tail,
+        parsed.tail_end,
+        parsed.seen,
+    )
+    assert type(back.seen) is LinesSeen
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"\x00garbage",
+        b"",
+        __import__("marshal").dumps((1, 2)),
+        __import__("marshal").dumps(([1], 0, 0, 0, None, None, None)),
+    ],
+)
+def test_an_answer_that_is_not_a_parsed_range_means_the_worker_failed(frame: bytes) -> None:
+    import queue
+
+    worker = line_worker.LineWorker.__new__(line_worker.LineWorker)
+    worker.frames = queue.Queue()
+    worker.frames.put(frame)
+    assert worker.answer() is None

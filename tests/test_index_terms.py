@@ -7,6 +7,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -167,3 +168,15 @@ def test_check_index_finds_a_term_missing_from_the_vocabulary(tmp_path: Path) ->
     assert not report.equal and "vocabulary" in report.summary
     assert catalog.check_index().equal  # the failed check dropped the state: rebuilt
     assert [entry.content for entry in catalog.search("delt")] == ["beta delta"]
+
+
+def test_marks_remembered_for_the_same_runs_are_still_the_marks_of_each_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memstore.index import terms
+
+    monkeypatch.setattr(terms, "_marks_cache", {})
+    monkeypatch.setattr(terms, "MARKS_CACHED", 2)
+    texts = ["a-b c.d", "xx-yy zz.", "f('x')", "q('r') s", "é-\ud800-a", "-" * 70 + " x", "a+b", "a-b c.d e.f"]
+    for text in texts * 2:  # the second pass answers from what the first remembered, where it did
+        assert marks_text(text) == _marks_by_regex(text), text
+        assert len(terms._marks_cache) <= 2
+    assert all(len(key) <= terms.MARKS_KEY_BYTES for key in terms._marks_cache)

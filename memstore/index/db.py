@@ -2,7 +2,8 @@
 
 The warm path is one ``sqlite3.connect``, a ``PRAGMA user_version`` read and the
 checks of :mod:`memstore.index.trust` (exact schema, built here).  A missing index is
-built in a temp file under ``build.lock`` and renamed into place; an older schema
+built in a temp file under ``build.lock`` (its schema replayed from ``schema_sql.py``)
+and renamed into place; an older schema
 this machine built is migrated with Alembic; a newer, corrupt, unreadable, foreign
 or linked one is set aside for inspection and a new file is built (never in place).
 """
@@ -27,7 +28,8 @@ from pathlib import Path
 
 from memstore.errors import IndexUnavailableError, LockError, MemstoreError
 from memstore.files import DEFAULT_FILE_MODE, PRIVATE_FILE_MODE, FileLock, ensure_dir, fsync_dir
-from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_VERSION
+from memstore.index.schema_sql import CREATE_STATEMENTS
+from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_REVISION, SCHEMA_VERSION
 from memstore.index.trust import Generation, origin_problem, record_origin, schema_problem
 from memstore.logger import LazyLogger
 
@@ -104,6 +106,22 @@ def grow_cache(conn: sqlite3.Connection) -> None:
         return  # grown already, or not a connection configure() set up
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
     conn.cache_grown = True
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    """Give an empty database the newest schema, stamped as the migrations stamp it.
+
+    Replays the DDL the migrations leave (``schema_sql.py``, which a test keeps equal to
+    them) instead of running Alembic: a build's first half-second went to importing
+    SQLAlchemy and Alembic.  The result is the very reference ``schema_problem`` compares
+    every index with, and it is checked against it before any row goes in.
+    """
+    conn.execute("BEGIN")
+    for statement in CREATE_STATEMENTS:
+        conn.execute(statement)
+    conn.execute("INSERT INTO alembic_version(version_num) VALUES (?)", (SCHEMA_REVISION,))
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    conn.execute("COMMIT")
 
 
 def _identity(st: os.stat_result) -> Generation:
@@ -428,12 +446,10 @@ class IndexFile:
     def _build_into(self, tmp: Path, populate: Populate | None) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, self._mode)
         os.close(fd)
-        from memstore.index.migrate import upgrade_to_head
-
-        upgrade_to_head(tmp)
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
             conn.execute("PRAGMA trusted_schema = OFF")
+            _create_schema(conn)
             conn.execute("PRAGMA journal_mode = OFF")
             conn.execute("PRAGMA synchronous = OFF")
             record_origin(conn, os.stat(tmp))

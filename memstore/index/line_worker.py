@@ -2,17 +2,18 @@
 
 A plain subprocess running this module, not multiprocessing: multiprocessing's spawn
 re-imports the caller's ``__main__`` in the child, which runs an unguarded script a
-second time.  The protocol is length-prefixed pickles over the pipes: the parent sends
-the file's path and identity once, then ``(start, stop)`` requests; the worker answers
-each, in order, with the ParsedRange of that range, or ``None`` (and stops) when the
-path no longer names that file.  Both ends are this module; nothing read from disk is
-ever unpickled.
+second time.  The protocol is length-prefixed frames over the pipes: the parent sends
+the file's path and identity once, then ``(start, stop)`` requests, as pickles; the worker
+answers each, in order, with the ParsedRange of that range (marshalled, as
+:meth:`ParsedRange.plain`), or ``None`` (and stops) when the path no longer names that
+file.  Both ends are this module; nothing read from disk is ever unpickled or unmarshalled.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import marshal
 import os
 import pickle
 import queue
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import memstore
+from memstore.index.lines import ParsedRange
 
 _LENGTH = struct.Struct("<Q")
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from memstore.index.line_worker import main; main()"
@@ -31,7 +33,10 @@ STOP_SECONDS = 5.0
 
 
 def _send(stream: IO[bytes], value: Any) -> None:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    _send_frame(stream, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _send_frame(stream: IO[bytes], data: bytes) -> None:
     stream.write(_LENGTH.pack(len(data)))
     stream.write(data)
     stream.flush()
@@ -81,7 +86,7 @@ class LineWorker:
 
     A thread drains the worker's output as it comes (the pipe holds only 64 KiB, so a
     worker whose answers were not read would stop working ahead); the answers are
-    unpickled by the caller, when it needs them.
+    unmarshalled by the caller, when it needs them.
     """
 
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
@@ -124,15 +129,16 @@ class LineWorker:
         """Queue the parse of bytes ``[start, stop)``; False when the worker is gone."""
         return self._write((start, stop))
 
-    def answer(self) -> Any:
+    def answer(self) -> ParsedRange | None:
         """The next ParsedRange, in the order asked; None when the worker failed or stopped."""
         frame = self.frames.get()
         if frame is None:
             self.frames.put(None)  # every later answer is None too
             return None
         try:
-            return pickle.loads(frame)
-        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError):
+            plain = marshal.loads(frame)
+            return None if plain is None else ParsedRange.from_plain(plain)
+        except (EOFError, ValueError, TypeError):
             return None
 
     def stop(self) -> None:
@@ -170,9 +176,9 @@ def main() -> None:
             except EOFError:
                 return
             if st is None or (st.st_dev, st.st_ino) != tuple(identity):
-                _send(stdout, None)
+                _send_frame(stdout, marshal.dumps(None))
                 return
-            _send(stdout, parse_range(fd, start, stop))  # type: ignore[arg-type]
+            _send_frame(stdout, marshal.dumps(parse_range(fd, start, stop).plain()))  # type: ignore[arg-type]
     finally:
         if fd is not None:
             os.close(fd)

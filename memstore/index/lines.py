@@ -59,6 +59,28 @@ class ParsedRange:
         self.tail_end: int | None = None
         self.seen: LinesSeen | None = None
 
+    def plain(self) -> tuple[Any, ...]:
+        """Builtins only (lists, tuples, str, bytes, int, None): what ``marshal`` carries from a worker.
+
+        Unmarshalling a range costs the parent less CPU than unpickling it, and marshalling
+        costs the worker a quarter of pickling (both ends are this module, and marshal keeps
+        lone surrogates: odd rows' ids survive the trip).
+        """
+        seen = None if self.seen is None else (*self.seen[:3], tuple(self.seen.skipped))
+        return (self.rows, self.end, self.blank, self.corrupt, self.tail, self.tail_end, seen)
+
+    @classmethod
+    def from_plain(cls, plain: tuple[Any, ...]) -> ParsedRange:
+        """The range :meth:`plain` described (TypeError or ValueError when it is not such a tuple)."""
+        rows, end, blank, corrupt, tail, tail_end, seen = plain
+        if not isinstance(rows, list) or not all(type(row) is tuple for row in rows):
+            raise TypeError("parsed rows are not a list of tuples")
+        parsed = cls(end=end)
+        parsed.rows, parsed.blank, parsed.corrupt = rows, blank, corrupt
+        parsed.tail, parsed.tail_end = tail, tail_end
+        parsed.seen = None if seen is None else LinesSeen(*seen)
+        return parsed
+
 
 RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, str, str, int]
 

@@ -1,4 +1,6 @@
-"""Create or migrate an index file with Alembic (run only when the schema version differs).
+"""Migrate an index file with Alembic (run only when the schema version differs).
+
+A new index file does not come here: it replays ``schema_sql.py`` (``db._create_schema``).
 
 SQLAlchemy owns the engine here, with the pragmas set in a connect listener;
 the per-query path never imports this module.
