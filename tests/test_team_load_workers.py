@@ -13,6 +13,7 @@ from test_index_differential import write_raw
 from test_team_index_differential import EXAMPLE_SOURCES, Team
 
 from memstore import team_index
+from memstore.index import line_worker
 from memstore.index.pg import load_worker
 
 pytestmark = pytest.mark.pg
@@ -101,14 +102,14 @@ def test_a_load_in_a_worker_runs_without_the_cycle_collector_and_restores_it() -
 
     assert gc.isenabled()
     try:
-        with load_worker.collector_paused():
+        with line_worker.collector_paused():
             assert not gc.isenabled()
         assert gc.isenabled()
-        with pytest.raises(RuntimeError), load_worker.collector_paused():
+        with pytest.raises(RuntimeError), line_worker.collector_paused():
             raise RuntimeError("a failed load")
         assert gc.isenabled()
         gc.disable()
-        with load_worker.collector_paused():
+        with line_worker.collector_paused():
             pass
         assert not gc.isenabled()  # left as it was found
     finally:

@@ -14,19 +14,16 @@ that was killed does not go on writing behind the operator's back.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import pickle
 import select
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memstore.index.line_worker import _receive, _send, spawn
+from memstore.index.line_worker import _receive, _send, collector_paused, end_process, spawn
 from memstore.team_report import TeamSourceReport
 
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from memstore.index.pg.load_worker import main; main()"
@@ -75,17 +72,7 @@ class LoadWorker:
         return None
 
     def stop(self) -> None:
-        if self.process.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.process.stdin.close()
-        try:
-            self.process.wait(timeout=STOP_SECONDS)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            with contextlib.suppress(OSError):
-                self.process.stdout.close()
+        end_process(self.process, seconds=STOP_SECONDS)
 
 
 def main() -> None:
@@ -114,23 +101,6 @@ def main() -> None:
                 _send(stdout, ("error", RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}")))
     finally:
         team.close()
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cycle collector off for one load, back as it was afterwards, whatever happens.
-
-    A load allocates millions of short-lived, acyclic objects (rows, term sets, id strings)
-    that reference counting frees: the collector would walk the live ones again and again,
-    about a quarter of a source's Python time (as in :mod:`memstore.index.line_worker`).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _Orphaned:
