@@ -160,11 +160,27 @@ READ_BYTES = 4 * 1024 * 1024
 """Bytes per direct read (fewer, larger requests: measured faster than 1 MiB on a virtual disk)."""
 
 
+PROC_FD = "/proc/self/fd/{}"
+"""Where an open descriptor is opened again (procfs's link to the very file)."""
+
+
 def _reopen_direct(fd: int) -> int | None:
+    """A second, ``O_DIRECT`` descriptor of ``fd``'s file; None where that cannot be had safely.
+
+    The link is resolved and compared with ``fd`` before it is opened: where ``/proc`` is
+    not procfs, opening whatever is there (a FIFO blocks the open forever) is not safe.
+    """
     if not O_DIRECT:
         return None
+    path = PROC_FD.format(fd)
     try:
-        direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | O_DIRECT | os.O_CLOEXEC)
+        mine, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return None
+    if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino) or not stat.S_ISREG(there.st_mode):
+        return None
+    try:
+        direct = os.open(path, os.O_RDONLY | O_DIRECT | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
