@@ -45,12 +45,17 @@ class DirectWriter:
         if not O_DIRECT:
             return
         try:
+            buffer = mmap.mmap(-1, STAGE_BYTES)  # page-aligned
+        except OSError:
+            return  # no memory for the stage (a low RLIMIT_AS): ordinary writes
+        try:
             flags = fcntl.fcntl(fd, fcntl.F_GETFL)
             fcntl.fcntl(fd, fcntl.F_SETFL, flags | O_DIRECT)
         except OSError:
+            buffer.close()
             return  # the file system has no direct I/O: ordinary writes
-        self._buffer = mmap.mmap(-1, STAGE_BYTES)  # page-aligned
-        self._view = memoryview(self._buffer)
+        self._buffer = buffer
+        self._view = memoryview(buffer)
 
     @property
     def direct(self) -> bool:

@@ -7,14 +7,20 @@ Each test reproduces a defect found by the review of the change that added
 from __future__ import annotations
 
 import contextlib
+import errno
+import gc
 import os
 import threading
+import types
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from memstore import direct_io
+from memstore.catalog import MemoryCatalog
 from memstore.direct_io import read_direct
+from memstore.files import Replacement
 
 
 def _read_in_thread(fd: int, end: int) -> tuple[threading.Thread, bytearray, list[int]]:
@@ -90,3 +96,59 @@ def test_the_real_proc_link_is_still_opened_direct(tmp_path: Path, monkeypatch: 
         pytest.skip("no O_DIRECT on this file system")
     os.close(probe)
     assert opened == [True]
+
+
+def _temp_descriptors(folder: Path) -> list[str]:
+    """This process's descriptors of temp files under ``folder`` (a live one keeps its file)."""
+    held = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{name}")
+            if target.startswith(str(folder)) and ".tmp" in target:
+                held.append(target)
+    return sorted(held)
+
+
+def test_no_memory_for_the_direct_stage_means_ordinary_writes_not_a_leaked_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Defect (medium): the 1 MiB stage was mapped after ``Replacement`` had made its temp file.
+
+    ``mmap`` failing (ENOMEM: a low RLIMIT_AS, a memory cgroup at its limit) raised out of
+    ``Replacement.__init__``: the rewrite failed ("cannot read ..."), and the temp file's
+    descriptor (holding its flock) leaked, so the temp file stayed for the life of the
+    process, one more each attempt.  The stage is now mapped first; without it the
+    writes are the ordinary ones.
+    """
+
+    def no_memory(*_args: object, **_kwargs: object) -> NoReturn:
+        raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+
+    catalog = MemoryCatalog(tmp_path)
+    for number in range(20):
+        catalog.add(f"entry {number} alpha", branch_name=f"b{number % 2}")
+    catalog.search("alpha")
+    before = catalog.path.read_bytes()
+    monkeypatch.setattr(direct_io, "mmap", types.SimpleNamespace(mmap=no_memory))
+    assert catalog.delete_by_branch("b1") == 10
+    gc.collect()
+    assert [path.name for path in catalog.path.parent.iterdir() if path.name.endswith(".tmp")] == []
+    assert _temp_descriptors(tmp_path) == []
+    kept = [line for line in before.splitlines(keepends=True) if b'"b1"' not in line]
+    assert catalog.path.read_bytes() == b"".join(kept)
+    assert catalog.check_index().equal
+
+
+def test_a_replacement_whose_direct_writer_fails_to_start_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the direct writer raises as it starts, the temp file and its descriptor go with it."""
+
+    def failing(self: direct_io.DirectWriter, fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(direct_io.DirectWriter, "__init__", failing)
+    with pytest.raises(KeyboardInterrupt):
+        Replacement(tmp_path / "target", digest=True, direct=True)
+    assert list(tmp_path.iterdir()) == []
+    assert _temp_descriptors(tmp_path) == []
