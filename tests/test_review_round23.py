@@ -9,18 +9,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import itertools
 import os
 import threading
 import types
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
+from test_reliability_faults import WATCHED, FaultyOS, _faulted, _fresh, _locks_free, _snapshot, _temps
 
 from memstore import direct_io
 from memstore.catalog import MemoryCatalog
 from memstore.direct_io import read_direct
+from memstore.errors import StorageError
 from memstore.files import Replacement
+from memstore.jsonl import encode_entries
 
 
 def _read_in_thread(fd: int, end: int) -> tuple[threading.Thread, bytearray, list[int]]:
@@ -152,3 +156,89 @@ def test_a_replacement_whose_direct_writer_fails_to_start_leaves_no_temp_file(
         Replacement(tmp_path / "target", digest=True, direct=True)
     assert list(tmp_path.iterdir()) == []
     assert _temp_descriptors(tmp_path) == []
+
+
+class _FaultyReadsOS(FaultyOS):
+    """The fault injector's ``os``, also failing reads: the proof's direct ``preadv``, the fallback ``pread``."""
+
+    def preadv(self, *args: Any, **kwargs: Any) -> int:
+        return int(self._call("preadv", *args, **kwargs))
+
+    def pread(self, *args: Any, **kwargs: Any) -> bytes:
+        return bytes(self._call("pread", *args, **kwargs))
+
+
+class _ShortDirectOS(_FaultyReadsOS):
+    """Every direct write of two blocks or more is accepted only in part (an aligned half)."""
+
+    def write(self, fd: int, data: Any) -> int:
+        view = memoryview(data)
+        if len(view) >= 2 * direct_io.ALIGN:
+            self.fired += 1
+            half = len(view) // 2
+            view = view[: half - half % direct_io.ALIGN]
+        return int(self._call("write", fd, view))
+
+
+def _seed_direct_sized(root: Path) -> None:
+    """About 6.8 MB (4.5 MB kept): the rewrite writes whole 1 MiB blocks direct, the proof reads two 4 MiB blocks."""
+    catalog = MemoryCatalog(root)
+    catalog.add("first alpha", branch_name="b0")
+    filler = "y" * 1800
+    entries = [catalog._new_entry(f"entry {n} alpha {filler}", (), f"b{n % 3}", None) for n in range(3600)]
+    with open(catalog.path, "ab") as handle:
+        handle.write(encode_entries(entries))
+    catalog.list(limit=1)
+
+
+@pytest.mark.stress
+def test_every_failing_call_of_a_direct_rewrite_and_its_proof_leaves_files_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held (no defect): the fault harness's catalogs are under one block, so no direct write or read
+    ever met a fault there.  Here every write, fsync, replace and read call of a rewrite that goes
+    direct fails in turn (once and from then on), and every direct write is short once."""
+    template = tmp_path / "template"
+    template.mkdir()
+    _seed_direct_sized(template)
+    before = _snapshot(template)
+    clean = _fresh(template, tmp_path / "clean")
+    counter = _FaultyReadsOS()
+    for _ in _faulted(monkeypatch, counter):
+        MemoryCatalog(clean).delete_by_branch("b1")
+    after = _snapshot(clean)
+    assert after != before
+    assert counter.calls["preadv"] >= 2, "the proof did not read direct blocks"
+    plans: list[tuple[str, int, bool]] = [
+        (function, nth, persistent)
+        for function in ("write", "writev", "fsync", "replace", "preadv", "pread")
+        for nth in range(1, counter.calls[function] + 1)
+        for persistent in (False, True)
+    ]
+    codes = itertools.cycle([errno.EIO, errno.ENOSPC])
+    for function, nth, persistent in [*plans, ("short", 0, False)]:
+        label = f"{function} #{nth} {'persistent' if persistent else 'once'}"
+        root = _fresh(template, tmp_path / "case")
+        faulty = _ShortDirectOS() if function == "short" else _FaultyReadsOS(function, nth, next(codes), persistent)
+        raised: BaseException | None = None
+        for _ in _faulted(monkeypatch, faulty):
+            try:
+                MemoryCatalog(root).delete_by_branch("b1")
+            except Exception as exc:
+                raised = exc
+        assert faulty.fired, label
+        if raised is not None:
+            assert isinstance(raised, StorageError), f"{label}: {raised!r}"
+        state = _snapshot(root)
+        for name in WATCHED:
+            assert state[name] in (before[name], after[name]), f"{label}: {name} is neither old nor new"
+        if raised is None:
+            assert state == after, f"{label}: succeeded but the file is not the new one"
+        assert _temps(root) == [], label
+        raised = None
+        gc.collect()
+        assert _temp_descriptors(root) == [], label
+        assert _locks_free(root), label
+        catalog = MemoryCatalog(root)
+        catalog.delete_by_branch("b1")
+        assert catalog.check_index().equal, label  # row by row against a fresh scan
