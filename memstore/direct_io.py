@@ -203,7 +203,13 @@ def _feed_direct(direct: int, start: int, end: int, feed: Callable[[memoryview],
     """Read aligned blocks from ``start`` (rounded down) while they come whole; returns where feeding stopped."""
     from concurrent.futures import ThreadPoolExecutor
 
-    buffers = [mmap.mmap(-1, READ_BYTES) for _ in range(2)]  # page-aligned
+    buffers: list[mmap.mmap] = []
+    try:
+        buffers.extend(mmap.mmap(-1, READ_BYTES) for _ in range(2))  # page-aligned
+    except OSError:  # no memory for them (a low RLIMIT_AS): the caller reads the ordinary way
+        for buffer in buffers:
+            buffer.close()
+        return start
     views = [memoryview(buffer) for buffer in buffers]
     at = start - start % ALIGN
     pos = start

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import gc
 import itertools
+import mmap
 import os
 import threading
 import types
@@ -24,6 +25,7 @@ from memstore.catalog import MemoryCatalog
 from memstore.direct_io import read_direct
 from memstore.errors import StorageError
 from memstore.files import Replacement
+from memstore.index.catalog_index import RewritePlan
 from memstore.jsonl import encode_entries
 
 
@@ -156,6 +158,50 @@ def test_a_replacement_whose_direct_writer_fails_to_start_leaves_no_temp_file(
         Replacement(tmp_path / "target", digest=True, direct=True)
     assert list(tmp_path.iterdir()) == []
     assert _temp_descriptors(tmp_path) == []
+
+
+@pytest.mark.parametrize("refused", [1, 2], ids=["first_buffer", "second_buffer"])
+def test_no_memory_for_the_proof_buffers_means_ordinary_reads_not_an_index_rebuild(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: int
+) -> None:
+    """Defect (low, cost): mapping the proof's two 4 MiB read buffers could fail (ENOMEM).
+
+    The OSError left ``apply_rewrite`` (the catalog logs it): the index did not follow
+    the rewrite, and the next query rebuilt it whole, minutes at 1M entries.  The proof
+    now reads the ordinary way, as it does when the direct reopen is refused.
+    """
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add("first note", branch_name="kept")
+    entries = [
+        catalog._new_entry(f"note {n} {'x' * 2000}", (), "gone" if n % 7 == 3 else "kept", None) for n in range(1500)
+    ]
+    with open(catalog.path, "ab") as handle:
+        handle.write(encode_entries(entries))
+    catalog.search("note")
+    index = catalog._index.index()
+    assert index is not None
+    followed: list[bool] = []
+    apply = index.apply_rewrite
+
+    def recording(plan: RewritePlan, after: os.stat_result) -> bool:
+        followed.append(apply(plan, after))
+        return followed[-1]
+
+    monkeypatch.setattr(index, "apply_rewrite", recording)
+    real, mapped = mmap.mmap, list[int]()
+
+    def no_memory_for_reads(fileno: int, length: int) -> mmap.mmap:
+        if length == direct_io.READ_BYTES:
+            mapped.append(length)
+            if len(mapped) == refused:
+                raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+        return real(fileno, length)
+
+    monkeypatch.setattr(direct_io, "mmap", types.SimpleNamespace(mmap=no_memory_for_reads))
+    assert catalog.delete_by_branch("gone") == len(range(3, 1500, 7))
+    assert mapped, "the proof did not try to read direct"
+    assert followed == [True]
+    assert catalog.check_index().equal
 
 
 class _FaultyReadsOS(FaultyOS):
