@@ -45,12 +45,17 @@ class DirectWriter:
         if not O_DIRECT:
             return
         try:
+            buffer = mmap.mmap(-1, STAGE_BYTES)  # page-aligned
+        except OSError:
+            return  # no memory for the stage (a low RLIMIT_AS): ordinary writes
+        try:
             flags = fcntl.fcntl(fd, fcntl.F_GETFL)
             fcntl.fcntl(fd, fcntl.F_SETFL, flags | O_DIRECT)
         except OSError:
+            buffer.close()
             return  # the file system has no direct I/O: ordinary writes
-        self._buffer = mmap.mmap(-1, STAGE_BYTES)  # page-aligned
-        self._view = memoryview(self._buffer)
+        self._buffer = buffer
+        self._view = memoryview(buffer)
 
     @property
     def direct(self) -> bool:
@@ -160,11 +165,27 @@ READ_BYTES = 4 * 1024 * 1024
 """Bytes per direct read (fewer, larger requests: measured faster than 1 MiB on a virtual disk)."""
 
 
+PROC_FD = "/proc/self/fd/{}"
+"""Where an open descriptor is opened again (procfs's link to the very file)."""
+
+
 def _reopen_direct(fd: int) -> int | None:
+    """A second, ``O_DIRECT`` descriptor of ``fd``'s file; None where that cannot be had safely.
+
+    The link is resolved and compared with ``fd`` before it is opened: where ``/proc`` is
+    not procfs, opening whatever is there (a FIFO blocks the open forever) is not safe.
+    """
     if not O_DIRECT:
         return None
+    path = PROC_FD.format(fd)
     try:
-        direct = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | O_DIRECT | os.O_CLOEXEC)
+        mine, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return None
+    if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino) or not stat.S_ISREG(there.st_mode):
+        return None
+    try:
+        direct = os.open(path, os.O_RDONLY | O_DIRECT | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
@@ -182,7 +203,13 @@ def _feed_direct(direct: int, start: int, end: int, feed: Callable[[memoryview],
     """Read aligned blocks from ``start`` (rounded down) while they come whole; returns where feeding stopped."""
     from concurrent.futures import ThreadPoolExecutor
 
-    buffers = [mmap.mmap(-1, READ_BYTES) for _ in range(2)]  # page-aligned
+    buffers: list[mmap.mmap] = []
+    try:
+        buffers.extend(mmap.mmap(-1, READ_BYTES) for _ in range(2))  # page-aligned
+    except OSError:  # no memory for them (a low RLIMIT_AS): the caller reads the ordinary way
+        for buffer in buffers:
+            buffer.close()
+        return start
     views = [memoryview(buffer) for buffer in buffers]
     at = start - start % ALIGN
     pos = start

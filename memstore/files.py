@@ -563,7 +563,11 @@ class Replacement:
         if direct:
             from memstore.direct_io import DirectWriter
 
-            self._direct = DirectWriter(self.fd)
+            try:
+                self._direct = DirectWriter(self.fd)
+            except BaseException:
+                self.discard()  # nobody else holds the temp file: remove it, free its descriptor
+                raise
 
     def _create(self, mode: int) -> tuple[Path, int]:
         while True:
