@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import marshal
+import os
 import queue
+import signal
+import threading
+from pathlib import Path
 
 import pytest
 
-from memstore.index import line_worker
+from memstore.index import line_worker, lines
+from memstore.index.lines import ParsedRange, parse_range, parsed_ranges
 
 _DIGEST = b"\x01" * 32
 
@@ -55,3 +62,54 @@ def test_a_well_formed_answer_still_comes_back_whole() -> None:
         46,
     )
     assert parsed.seen is not None and tuple(parsed.seen) == (0, 46, _DIGEST, ((3, 9),))
+
+
+def _catalog(path: Path, count: int = 300) -> Path:
+    lines_out = [
+        json.dumps({"memory_id": f"m{i}", "content": f"entry {i} word-", "created_at": "2026-01-01T00:00:00+00:00"})
+        for i in range(count)
+    ]
+    path.write_bytes("\n".join(lines_out).encode() + b"\n")
+    return path
+
+
+def test_a_hung_worker_is_given_up_and_its_ranges_parsed_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker stopped mid-build (SIGSTOP, or stuck mid-answer) used to hang the build for ever:
+    the answer was awaited without a bound."""
+    source = _catalog(tmp_path / "memory.jsonl")
+    monkeypatch.setattr(lines, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(lines, "RANGE_BYTES", 700)
+    monkeypatch.setattr(line_worker, "ANSWER_SECONDS", 0.5, raising=False)
+    monkeypatch.setattr(line_worker, "STOP_SECONDS", 0.5)
+    started: list[line_worker.LineWorker] = []
+    real_start = line_worker.LineWorker.start
+
+    def start(path: Path, identity: tuple[int, int]) -> line_worker.LineWorker | None:
+        worker = real_start(path, identity)
+        if worker is not None:
+            os.kill(worker.process.pid, signal.SIGSTOP)
+            started.append(worker)
+        return worker
+
+    monkeypatch.setattr(line_worker.LineWorker, "start", staticmethod(start))
+    fd = os.open(source, os.O_RDONLY)
+    result: list[list[ParsedRange]] = []
+    try:
+        build = threading.Thread(target=lambda: result.append(list(parsed_ranges(source, fd, 0, os.fstat(fd).st_size))))
+        build.daemon = True
+        build.start()
+        build.join(timeout=30)
+        hung = build.is_alive()
+    finally:
+        for worker in started:
+            with contextlib.suppress(ProcessLookupError):
+                worker.process.kill()
+            worker.process.wait()
+    try:
+        assert not hung, "the build waited for ever on a stopped worker"
+        assert started
+        whole = parse_range(fd, 0, os.fstat(fd).st_size)
+        assert [row for parsed in result[0] for row in parsed.rows] == whole.rows
+        assert all(not worker.reader.is_alive() for worker in started)
+    finally:
+        os.close(fd)
