@@ -8,11 +8,14 @@ import marshal
 import os
 import queue
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from memstore.catalog import MemoryCatalog
 from memstore.index import line_worker, lines
 from memstore.index.lines import ParsedRange, parse_range, parsed_ranges
 
@@ -113,3 +116,32 @@ def test_a_hung_worker_is_given_up_and_its_ranges_parsed_here(tmp_path: Path, mo
         assert all(not worker.reader.is_alive() for worker in started)
     finally:
         os.close(fd)
+
+
+_LATE_BUILD = """
+import sys, threading
+from memstore.catalog import MemoryCatalog
+
+def late() -> None:
+    started.wait()
+    hits = MemoryCatalog(sys.argv[1]).search("caching", limit=100)
+    print(len(hits), MemoryCatalog(sys.argv[1]).index_path.exists(), flush=True)
+
+started = threading.Event()
+threading.Thread(target=late).start()
+started.set()  # the main thread returns: the interpreter starts shutting down, the thread goes on
+"""
+
+
+def test_a_first_build_on_a_thread_that_outlives_the_main_thread_answers(tmp_path: Path) -> None:
+    """The build proved the file on a ThreadPoolExecutor: after the main thread returned (a server's
+    worker thread finishing its work), importing or submitting to it raised RuntimeError ("can't
+    register atexit after shutdown"), an untyped traceback where the scan and the old build answered."""
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    for number in range(30):
+        catalog.add(f"entry {number} about caching")
+    out = subprocess.run(
+        [sys.executable, "-c", _LATE_BUILD, str(tmp_path)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert out.stdout.split() == ["30", "True"]
