@@ -7,6 +7,7 @@ import json
 import marshal
 import os
 import queue
+import random
 import signal
 import subprocess
 import sys
@@ -145,3 +146,76 @@ def test_a_first_build_on_a_thread_that_outlives_the_main_thread_answers(tmp_pat
     )
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert out.stdout.split() == ["30", "True"]
+
+
+def _odd_line(rng: random.Random) -> bytes:
+    """One line of a hostile catalog: odd text in every field, or a line that is not an entry."""
+    alphabet = ["a", "-", "\x00", "\ud800", "\udfff", "é", "\u3000", " ", "\t", "\r", "\n", "\x01", "\x7f", "(", '"']
+    alphabet += ["\\", "\U0001f600", "\u0301", "\x1c", "X"]
+
+    def text() -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20)))
+
+    kind = rng.random()
+    if kind < 0.05:
+        return b""
+    if kind < 0.08:
+        return b"   \r"
+    if kind < 0.10:
+        return b"{bad"
+    if kind < 0.12:
+        return b'{"memory_id":"x","content":"y","created_at":"z","big":123456789012345678901234567890123,"f":1.5e308}'
+    if kind < 0.13:
+        return b'\xef\xbb\xbf{"memory_id":"bom","content":"y","created_at":"z"}'
+    if kind < 0.14:
+        return b'{"memory_id":"inv\xff","content":"y","created_at":"z"}'
+    if kind < 0.15:
+        return b'[1,2,{"a":[[[[]]]]}]'
+    payload = {
+        "memory_id": text() or "m",
+        "content": text() or "c",
+        "created_at": text() or "t",
+        "tags": [text() for _ in range(rng.randint(0, 3))],
+        "branch_name": rng.choice([None, text()]),
+        "run_id": rng.choice([None, text()]),
+    }
+    line = json.dumps(payload, ensure_ascii=rng.random() < 0.5).encode("utf-8", "surrogatepass")
+    return line + b"\r" if rng.random() < 0.05 else line
+
+
+def _fields(parsed: ParsedRange) -> tuple[object, ...]:
+    return (parsed.rows, parsed.end, parsed.blank, parsed.corrupt, parsed.tail, parsed.tail_end, parsed.seen)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_field_of_hostile_lines_survives_the_trip_from_a_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Held in review: lone surrogates, NUL, CRLF, BOM, huge ints, invalid UTF-8, blank and torn lines
+    come back from a worker exactly (values and types) as parse_range makes them here."""
+    rng = random.Random(seed)
+    tail = b'{"memory_id":"tail","content":"t\\ud800","created_at":"z"}'
+    source = tmp_path / "memory.jsonl"
+    source.write_bytes(b"\n".join(_odd_line(rng) for _ in range(1500)) + b"\n" + tail)
+    monkeypatch.setattr(lines, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(lines, "RANGE_BYTES", 1500)
+    parsed_here: list[tuple[int, int]] = []
+    real_parse = lines.parse_range
+
+    def counted(fd: int, start: int, stop: int) -> ParsedRange:
+        parsed_here.append((start, stop))
+        return real_parse(fd, start, stop)
+
+    monkeypatch.setattr(lines, "parse_range", counted)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        ranges = list(parsed_ranges(source, fd, 0, os.fstat(fd).st_size))
+        assert parsed_here == []
+        for parsed in ranges:
+            assert parsed.seen is not None
+            here = real_parse(fd, parsed.seen.start, parsed.seen.stop)
+            assert repr(_fields(parsed)) == repr(_fields(here))
+            assert type(parsed.seen) is type(here.seen)
+        assert ranges[-1].tail is not None
+    finally:
+        os.close(fd)
