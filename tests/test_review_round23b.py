@@ -219,3 +219,36 @@ def test_every_field_of_hostile_lines_survives_the_trip_from_a_worker(
         assert ranges[-1].tail is not None
     finally:
         os.close(fd)
+
+
+_LATE_DELETE = """
+import sys, threading
+from memstore.catalog import MemoryCatalog
+
+catalog = MemoryCatalog(sys.argv[1])
+for number in range(150):
+    catalog.add(f"entry {number} about caching", branch_name="b" if number % 3 else "keep")
+catalog.search("caching")
+
+def late() -> None:
+    started.wait()
+    print(MemoryCatalog(sys.argv[1]).delete_by_branch("b"), flush=True)
+
+started = threading.Event()
+threading.Thread(target=late).start()
+started.set()
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: rewrites use ThreadPoolExecutor, refused once the main thread has returned",
+)
+def test_a_delete_on_a_thread_that_outlives_the_main_thread_deletes(tmp_path: Path) -> None:
+    """Pre-existing, same kind as the build's proof: a rewrite (delete_by_branch) on a thread still running
+    after the main thread returned dies with RuntimeError ("can't register atexit after shutdown")."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LATE_DELETE, str(tmp_path)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert "Traceback" not in out.stderr, out.stderr
+    assert out.stdout.split() == ["100"]
