@@ -252,3 +252,22 @@ def test_a_delete_on_a_thread_that_outlives_the_main_thread_deletes(tmp_path: Pa
     )
     assert "Traceback" not in out.stderr, out.stderr
     assert out.stdout.split() == ["100"]
+
+
+def test_a_build_proves_the_file_here_when_no_thread_can_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Out of threads (RuntimeError "can't start new thread"): the proof runs after the word index, not never."""
+    from memstore.index import catalog_index
+
+    class NoThread(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    for number in range(40):
+        catalog.add(f"entry {number} about caching", tags=["misc"])
+    monkeypatch.setattr(catalog_index.threading, "Thread", NoThread)
+    indexed = MemoryCatalog(tmp_path)
+    assert [hit.memory_id for hit in indexed.search("caching", limit=50)] == [
+        hit.memory_id for hit in MemoryCatalog(tmp_path, use_index=False, readonly=True).search("caching", limit=50)
+    ]
+    assert indexed.index_path.exists() and indexed.check_index().equal
