@@ -16,10 +16,11 @@ import json
 import operator
 import os
 import sqlite3
+import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from memstore.append_chain import AppendChain, read_chain, sync_lock_path
 from memstore.entry_filter import NO_FILTER, EntryFilter
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from memstore.index.report import CheckResult
 
 SOURCE_NAME = "memory"
+_T = TypeVar("_T")
 BATCH_ROWS = 20_000
 BULK_HASHSIZE = 64 * 1024 * 1024
 COUNTED_IN_FTS5 = 64
@@ -67,6 +69,37 @@ class RewritePlan(NamedTuple):
     """The field and value the removed entries held: where the index looks for their rows first."""
     direct: bool = False
     """The new file was written around the page cache: the proof reads it the same way."""
+
+
+def _beside(work: Callable[[], _T], here: Callable[[], object]) -> _T:
+    """``work()``'s result, run on a second thread while ``here()`` runs on this one.
+
+    A plain thread, not concurrent.futures: an executor refuses work once the main thread has
+    returned (a server's thread still building then got a RuntimeError).  The thread is always
+    joined before this returns or raises, so it never reads a descriptor closed after.
+    """
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # handed to the caller, whatever it is
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name="memstore-build-proof", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # no new threads (the interpreter is finalizing): one after the other
+        here()
+        return work()
+    try:
+        here()
+    finally:
+        thread.join()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return cast(_T, value)
 
 
 class _Ingest:
@@ -258,17 +291,16 @@ class CatalogIndex(IndexedSource):
         )
         if ingest.bulk:
             self._check_numbered(conn, ingest.rows)
-            from concurrent.futures import ThreadPoolExecutor
 
-            # The proof re-reads and digests the whole file (about a second at 1M entries):
-            # on a second thread while FTS5 builds (both release the GIL), not after it.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-build-proof") as proving:
-                proof = proving.submit(prove)
+            def build_words() -> None:
                 # The word index and its vocabulary are built in C, in one pass over the rows
                 # (nearly twice as fast as filing each batch as it comes).
                 conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('rebuild')")
                 vocabulary.load_from_fts(conn)
-                state = proof.result()
+
+            # The proof re-reads and digests the whole file (about a second at 1M entries):
+            # on a second thread while FTS5 builds (both release the GIL), not after it.
+            state = _beside(prove, build_words)
         else:
             state = prove()
         if self._progress is not None:

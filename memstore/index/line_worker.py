@@ -31,6 +31,9 @@ from memstore.index.lines import ParsedRange
 _LENGTH = struct.Struct("<Q")
 _BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from memstore.index.line_worker import main; main()"
 STOP_SECONDS = 5.0
+ANSWER_SECONDS = 120.0
+"""A worker that has not answered a range in this long is taken for hung (a range takes a second or
+two): its ranges are parsed here instead, rather than the build waiting on it for ever."""
 
 
 def _send(stream: IO[bytes], value: Any) -> None:
@@ -131,8 +134,11 @@ class LineWorker:
         return self._write((start, stop))
 
     def answer(self) -> ParsedRange | None:
-        """The next ParsedRange, in the order asked; None when the worker failed or stopped."""
-        frame = self.frames.get()
+        """The next ParsedRange, in the order asked; None when the worker failed, stopped or hangs."""
+        try:
+            frame = self.frames.get(timeout=ANSWER_SECONDS)
+        except queue.Empty:
+            frame = None  # hung (stopped, or stuck mid-answer): the caller stops it and parses here
         if frame is None:
             self.frames.put(None)  # every later answer is None too
             return None

@@ -75,11 +75,32 @@ class ParsedRange:
         rows, end, blank, corrupt, tail, tail_end, seen = plain
         if not isinstance(rows, list) or not all(type(row) is tuple for row in rows):
             raise TypeError("parsed rows are not a list of tuples")
+        # Every other field is checked too: one of another type would fail later, deep in the build.
+        if not all(type(count) is int for count in (end, blank, corrupt)):
+            raise TypeError("a parsed range's end or counts are not integers")
+        if (tail is not None and type(tail) is not tuple) or (tail_end is not None and type(tail_end) is not int):
+            raise TypeError("a parsed range's tail is not a row and its end")
+        if seen is not None and not _plain_seen(seen):
+            raise TypeError("what a parsed range saw is not (start, stop, digest, skipped lines)")
         parsed = cls(end=end)
         parsed.rows, parsed.blank, parsed.corrupt = rows, blank, corrupt
         parsed.tail, parsed.tail_end = tail, tail_end
         parsed.seen = None if seen is None else LinesSeen(*seen)
         return parsed
+
+
+def _plain_seen(seen: object) -> bool:
+    """Whether ``seen`` is what :meth:`ParsedRange.plain` makes of a LinesSeen."""
+    if type(seen) is not tuple or len(seen) != 4:
+        return False
+    start, stop, digest, skipped = seen
+    return (
+        type(start) is int
+        and type(stop) is int
+        and type(digest) is bytes
+        and type(skipped) is tuple
+        and all(type(line) is tuple and len(line) == 2 and all(type(at) is int for at in line) for line in skipped)
+    )
 
 
 RowValues = tuple[str | None, str, str, str | None, int, str | None, str | None, str, str, int]
