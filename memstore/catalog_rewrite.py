@@ -17,17 +17,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from memstore.background import Background
 from memstore.errors import StorageError
 from memstore.files import Replacement, last_line_end, open_for_read, storage_error
 from memstore.index.catalog_index import RewritePlan
 from memstore.kept_copy import CopySeen, KeptCopy
 from memstore.models import MemoryEntry
 from memstore.rewrite_scan import RemovalScan, scan_for_removal
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
 
 
 @dataclass
@@ -42,7 +39,7 @@ class Prepared:
     """The new file so far, or None when nothing before ``upto`` goes."""
     seen: CopySeen | None
     """What the copy was made from, proven again under the lock before it is used."""
-    syncing: Future[None] | None = None
+    syncing: Background[None] | None = None
     """The fsync of ``replacement``, left running while the lock is taken and the copy proven."""
 
     def settle(self) -> None:
@@ -99,7 +96,8 @@ def prepare(path: Path, *, key: str, value: str) -> Prepared | None:
         replacement = copy.replacement
         syncing = None
         if replacement is not None and scan.removed:
-            syncing = _in_background(replacement.sync)  # disk time the proof under the lock hides
+            # Disk time that the proof under the lock hides.
+            syncing = Background(replacement.sync, name="memstore-rewrite-sync")
         elif replacement is not None:
             replacement.discard()  # only blank lines went: nothing to rewrite for
             replacement = None
@@ -178,16 +176,6 @@ def finish(
         direct=direct,
     )
     return Rewritten(removed, plan, after)
-
-
-def _in_background(step: Callable[[], None]) -> Future[None]:
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-rewrite-sync")
-    try:
-        return pool.submit(step)
-    finally:
-        pool.shutdown(wait=False)
 
 
 class FileReplacedError(StorageError):

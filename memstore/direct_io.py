@@ -15,10 +15,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import mmap
 import os
 import stat
 from collections.abc import Callable, Sequence
+
+from memstore.background import Background
 
 ALIGN = 4096
 """Offset, length and buffer alignment of a direct write (a multiple of every common logical block size)."""
@@ -201,8 +204,6 @@ def _reopen_direct(fd: int) -> int | None:
 
 def _feed_direct(direct: int, start: int, end: int, feed: Callable[[memoryview], None]) -> int:
     """Read aligned blocks from ``start`` (rounded down) while they come whole; returns where feeding stopped."""
-    from concurrent.futures import ThreadPoolExecutor
-
     buffers: list[mmap.mmap] = []
     try:
         buffers.extend(mmap.mmap(-1, READ_BYTES) for _ in range(2))  # page-aligned
@@ -213,33 +214,34 @@ def _feed_direct(direct: int, start: int, end: int, feed: Callable[[memoryview],
     views = [memoryview(buffer) for buffer in buffers]
     at = start - start % ALIGN
     pos = start
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-direct-read") as reader:
-        try:
-            turn = 0
-            reading = reader.submit(os.preadv, direct, [views[turn]], at)
-            while pos < end:
-                try:
-                    got = reading.result()
-                except OSError as exc:
-                    if exc.errno != errno.EINVAL:
-                        raise
-                    return pos  # refused: the caller reads on the ordinary way
-                whole = got == READ_BYTES and at + got < end
-                if whole:  # the next block is read while this one is fed
-                    reading = reader.submit(os.preadv, direct, [views[1 - turn]], at + got)
-                stop = min(at + got, end)
-                if stop > pos:
-                    feed(views[turn][pos - at : stop - at])
-                    pos = stop
-                if not whole:
-                    return pos  # the end of the file or of the range (a short read: the rest the ordinary way)
-                at += got
-                turn = 1 - turn
-            return pos
-        finally:
-            if not reading.cancel():
-                reading.exception()  # a read in flight finishes before its buffer is freed
-            for view, buffer in zip(views, buffers, strict=True):
-                view.release()
-                with contextlib.suppress(BufferError):  # ``feed`` kept a slice: freed with it
-                    buffer.close()
+    def read(turn: int, offset: int) -> Background[int]:
+        return Background(functools.partial(os.preadv, direct, [views[turn]], offset), name="memstore-direct-read")
+
+    turn = 0
+    reading = read(turn, at)
+    try:
+        while pos < end:
+            try:
+                got = reading.result()
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                return pos  # refused: the caller reads on the ordinary way
+            whole = got == READ_BYTES and at + got < end
+            if whole:  # the next block is read while this one is fed
+                reading = read(1 - turn, at + got)
+            stop = min(at + got, end)
+            if stop > pos:
+                feed(views[turn][pos - at : stop - at])
+                pos = stop
+            if not whole:
+                return pos  # the end of the file or of the range (a short read: the rest the ordinary way)
+            at += got
+            turn = 1 - turn
+        return pos
+    finally:
+        reading.abandon()  # a read in flight finishes before its buffer is freed
+        for view, buffer in zip(views, buffers, strict=True):
+            view.release()
+            with contextlib.suppress(BufferError):  # ``feed`` kept a slice: freed with it
+                buffer.close()

@@ -13,18 +13,17 @@ the file again and proves it still holds those bytes before the copy is used.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from memstore.background import Background
 from memstore.block_digest import PrefixDigest
 from memstore.digests import sha256
 from memstore.files import BLOCK_BYTES, Replacement
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
 
 NEWLINE = b"\n"
 Ranges = Sequence[tuple[int, int]]
@@ -104,8 +103,6 @@ class KeptCopy:
     AHEAD = 2
 
     def __init__(self, fd: int, start: int, open_replacement: Callable[[], Replacement]) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self.replacement: Replacement | None = None
         """The new file, once a block dropped a line (its digest then continues ``_digest``)."""
         self._fd = fd
@@ -115,8 +112,7 @@ class KeptCopy:
         self._gone: Any = sha256()
         self._changed = False
         """Bytes read again differ from what the scan read: the file changed under the copy."""
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-rewrite-copy")
-        self._pending: deque[Future[None]] = deque()
+        self._pending: deque[Background[None]] = deque()
 
     @classmethod
     def into(cls, fd: int, replacement: Replacement) -> KeptCopy:
@@ -137,13 +133,14 @@ class KeptCopy:
         """Wait until every block handed over is written; with ``check``, raise the first error."""
         try:
             while self._pending:
-                future = self._pending.popleft()
+                step = self._pending.popleft()
                 if check:
-                    future.result()
+                    step.result()
                 else:
-                    future.cancel()
+                    step.abandon()
         finally:
-            self._worker.shutdown(wait=True)
+            while self._pending:
+                self._pending.popleft().abandon()
 
     def seen(self, upto: int, dropped: Ranges) -> CopySeen | None:
         """The record of the copy of ``[0, upto)``, for :meth:`CopySeen.holds` under the lock."""
@@ -156,7 +153,10 @@ class KeptCopy:
     def _submit(self, step: Callable[..., None], *args: Any) -> None:
         while len(self._pending) >= self.AHEAD:
             self._pending.popleft().result()
-        self._pending.append(self._worker.submit(step, *args))
+        before = self._pending[-1] if self._pending else None
+        # A thread per block, each starting once the one before has ended: block order, as
+        # on one worker thread, without an executor (see :mod:`memstore.background`).
+        self._pending.append(Background(functools.partial(_after, before, step, *args), name="memstore-rewrite-copy"))
 
     def _block(self, view: memoryview, at: int, dropped: Ranges) -> None:
         if dropped and self.replacement is None:
@@ -192,3 +192,10 @@ class KeptCopy:
                 self._changed = True  # a newline inside: a line the scan never looked at
             self._keep([memoryview(chunk)])
             pos += len(chunk)
+
+
+def _after(before: Background[None] | None, step: Callable[..., None], *args: Any) -> None:
+    """``step(*args)`` once ``before`` has ended, whatever its outcome (reported by its own result)."""
+    if before is not None:
+        before.wait()
+    step(*args)

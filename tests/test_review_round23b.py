@@ -240,10 +240,6 @@ started.set()
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: rewrites use ThreadPoolExecutor, refused once the main thread has returned",
-)
 def test_a_delete_on_a_thread_that_outlives_the_main_thread_deletes(tmp_path: Path) -> None:
     """Pre-existing, same kind as the build's proof: a rewrite (delete_by_branch) on a thread still running
     after the main thread returned dies with RuntimeError ("can't register atexit after shutdown")."""
@@ -256,7 +252,7 @@ def test_a_delete_on_a_thread_that_outlives_the_main_thread_deletes(tmp_path: Pa
 
 def test_a_build_proves_the_file_here_when_no_thread_can_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Out of threads (RuntimeError "can't start new thread"): the proof runs after the word index, not never."""
-    from memstore.index import catalog_index
+    from memstore import background
 
     class NoThread(threading.Thread):
         def start(self) -> None:
@@ -265,7 +261,7 @@ def test_a_build_proves_the_file_here_when_no_thread_can_start(tmp_path: Path, m
     catalog = MemoryCatalog(tmp_path, use_index=False)
     for number in range(40):
         catalog.add(f"entry {number} about caching", tags=["misc"])
-    monkeypatch.setattr(catalog_index.threading, "Thread", NoThread)
+    monkeypatch.setattr(background.threading, "Thread", NoThread)
     indexed = MemoryCatalog(tmp_path)
     assert [hit.memory_id for hit in indexed.search("caching", limit=50)] == [
         hit.memory_id for hit in MemoryCatalog(tmp_path, use_index=False, readonly=True).search("caching", limit=50)

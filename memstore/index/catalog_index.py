@@ -16,13 +16,13 @@ import json
 import operator
 import os
 import sqlite3
-import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memstore.append_chain import AppendChain, read_chain, sync_lock_path
+from memstore.background import beside
 from memstore.entry_filter import NO_FILTER, EntryFilter
 from memstore.errors import IndexUnavailableError
 from memstore.files import MAX_LINE_BYTES, open_for_read
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from memstore.index.report import CheckResult
 
 SOURCE_NAME = "memory"
-_T = TypeVar("_T")
 BATCH_ROWS = 20_000
 BULK_HASHSIZE = 64 * 1024 * 1024
 COUNTED_IN_FTS5 = 64
@@ -69,37 +68,6 @@ class RewritePlan(NamedTuple):
     """The field and value the removed entries held: where the index looks for their rows first."""
     direct: bool = False
     """The new file was written around the page cache: the proof reads it the same way."""
-
-
-def _beside(work: Callable[[], _T], here: Callable[[], object]) -> _T:
-    """``work()``'s result, run on a second thread while ``here()`` runs on this one.
-
-    A plain thread, not concurrent.futures: an executor refuses work once the main thread has
-    returned (a server's thread still building then got a RuntimeError).  The thread is always
-    joined before this returns or raises, so it never reads a descriptor closed after.
-    """
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, work()))
-        except BaseException as exc:  # handed to the caller, whatever it is
-            outcome.append((False, exc))
-
-    thread = threading.Thread(target=run, name="memstore-build-proof", daemon=True)
-    try:
-        thread.start()
-    except RuntimeError:  # no new threads (the interpreter is finalizing): one after the other
-        here()
-        return work()
-    try:
-        here()
-    finally:
-        thread.join()
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return cast(_T, value)
 
 
 class _Ingest:
@@ -300,7 +268,7 @@ class CatalogIndex(IndexedSource):
 
             # The proof re-reads and digests the whole file (about a second at 1M entries):
             # on a second thread while FTS5 builds (both release the GIL), not after it.
-            state = _beside(prove, build_words)
+            state = beside(prove, build_words, name="memstore-build-proof")
         else:
             state = prove()
         if self._progress is not None:
@@ -402,14 +370,9 @@ class CatalogIndex(IndexedSource):
                 vocabulary.row_terms(terms, content, tags, content_marks, tag_marks)
             delete()
         else:
-            from concurrent.futures import ThreadPoolExecutor
-
             # Counted by FTS5 in a scratch database of their own, on a second thread, while
             # this connection deletes them.
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-vocabulary-count") as counting:
-                counted = counting.submit(vocabulary.values_counted, held)
-                delete()
-                terms = counted.result()
+            terms = beside(functools.partial(vocabulary.values_counted, held), delete, name="memstore-vocabulary-count")
         # Once for all the rows: a common term is counted down in one UPDATE.
         vocabulary.remove(conn, terms)
 
@@ -618,15 +581,18 @@ class CatalogIndex(IndexedSource):
         if len(removed_at) != len(plan.removed):
             return False
         removed = sorted(removed_at.values())
-        from concurrent.futures import ThreadPoolExecutor
+
+        def follow() -> None:
+            self._delete_rows(conn, removed)
+            _shift_offsets(conn, plan.dropped, removed_at)
 
         # The lock was released after the replace: the file must be proven to hold what the
         # rewrite wrote (another tool may have saved it in place since).  Lines appended
         # since are left for the next catch-up, as any append is.  The proof reads and
         # digests the file on a second thread while SQLite deletes and shifts rows (both
         # release the GIL); a failed proof rolls the rows back.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memstore-rewrite-proof") as proving:
-            proof = proving.submit(
+        rewritten = beside(
+            functools.partial(
                 SourceState.of_file,
                 SOURCE_NAME,
                 fd,
@@ -641,10 +607,10 @@ class CatalogIndex(IndexedSource):
                 expected=plan.written,
                 chain=self.append_chain(),
                 direct=plan.direct,
-            )
-            self._delete_rows(conn, removed)
-            _shift_offsets(conn, plan.dropped, removed_at)
-            rewritten = proof.result()
+            ),
+            follow,
+            name="memstore-rewrite-proof",
+        )
         if rewritten is None:
             return False
         rewritten.save(conn)
