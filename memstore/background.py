@@ -10,11 +10,13 @@ asked for, after whatever the caller did meanwhile: the same order, one after th
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class Background(Generic[T]):
@@ -87,3 +89,32 @@ def beside(work: Callable[[], T], here: Callable[[], object], *, name: str) -> T
         background.abandon()
         raise
     return background.result()
+
+
+def map_threads(work: Callable[[U], T], items: Sequence[U], *, threads: int, name: str) -> list[T]:
+    """``[work(item) for item in items]``, on up to ``threads`` threads that take the items in turn.
+
+    Every item is worked on, whatever the others do; then the first error in the items'
+    order is raised, as from the loop.  Where no thread starts, the items run here.
+    """
+    outcomes: list[tuple[bool, Any] | None] = [None] * len(items)
+    taken = itertools.count()
+
+    def take_items() -> None:
+        while (index := next(taken)) < len(items):  # next() on a count is atomic under the GIL
+            try:
+                outcomes[index] = (True, work(items[index]))
+            except Exception as exc:  # raised below, in order
+                outcomes[index] = (False, exc)
+
+    workers = [Background(take_items, name=f"{name}-{number}") for number in range(max(1, min(threads, len(items))))]
+    for worker in workers:
+        worker.result()
+    results: list[T] = []
+    for outcome in outcomes:
+        assert outcome is not None
+        ok, value = outcome
+        if not ok:
+            raise value
+        results.append(value)
+    return results

@@ -21,12 +21,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memstore.background import map_threads
 from memstore.card_match import check_file_paths, task_keywords
 from memstore.checks import check_limit, optional_str, require_str
 from memstore.errors import IndexServerError, InvalidArgumentError
@@ -164,12 +164,18 @@ class TeamIndex:
             return TeamReindexReport(
                 self.url.redacted(), schema, tuple(reports), round(time.perf_counter() - started, 6)
             )
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            if load is None:
-                reports = list(pool.map(lambda item: self._load(engine, *item, full=full, progress=progress), checked))
-            else:
-                with load as each:
-                    reports = list(pool.map(lambda item: each(engine, *item), checked))
+        if load is None:
+            reports = map_threads(
+                lambda item: self._load(engine, *item, full=full, progress=progress),
+                checked,
+                threads=threads,
+                name="memstore-team-load",
+            )
+        else:
+            with load as each:
+                reports = map_threads(
+                    lambda item: each(engine, *item), checked, threads=threads, name="memstore-team-load"
+                )
         return TeamReindexReport(self.url.redacted(), schema, tuple(reports), round(time.perf_counter() - started, 6))
 
     def _register(self, names: Sequence[str]) -> dict[str, int]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from memstore import background, catalog_rewrite
-from memstore.background import Background, beside
+from memstore.background import Background, beside, map_threads
 from memstore.catalog import MemoryCatalog
 
 
@@ -139,4 +139,34 @@ def test_a_rewrite_and_a_build_equal_the_scan_with_and_without_threads(
     rebuilt = MemoryCatalog(tmp_path)
     assert [hit.memory_id for hit in rebuilt.search("entry", limit=5000)] == [
         hit.memory_id for hit in scan.search("entry", limit=5000)
+    ]
+
+
+def test_map_threads_keeps_the_order_works_every_item_and_raises_the_first_error_in_order() -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def work(item: int) -> int:
+        with lock:
+            seen.append(item)
+        time.sleep(0.001 * (item % 3))
+        if item in (7, 3):
+            raise ValueError(item)
+        return item * 2
+
+    assert map_threads(lambda item: item * 2, list(range(50)), threads=4, name="t") == [n * 2 for n in range(50)]
+    with pytest.raises(ValueError) as raised:
+        map_threads(work, list(range(20)), threads=3, name="t")
+    assert raised.value.args == (3,)  # the first in the items' order, not the first to fail
+    assert sorted(seen) == list(range(20))  # every item was still worked on
+    assert map_threads(work, [], threads=3, name="t") == []
+
+
+def test_map_threads_with_no_thread_runs_every_item_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(background.threading, "Thread", NoThread)
+    here = threading.get_ident()
+    assert map_threads(lambda item: (item, threading.get_ident() == here), [1, 2, 3], threads=2, name="t") == [
+        (1, True),
+        (2, True),
+        (3, True),
     ]
