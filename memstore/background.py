@@ -27,14 +27,17 @@ class Background(Generic[T]):
     an error is not kept alive by it.
     """
 
-    __slots__ = ("_lock", "_outcome", "_thread", "_work")
+    __slots__ = ("_ended", "_lock", "_outcome", "_thread", "_work")
 
     def __init__(self, work: Callable[[], T], *, name: str) -> None:
         self._work: Callable[[], T] | None = work
         self._outcome: tuple[bool, Any] | None = None
         self._lock = threading.Lock()
         """Held while the work runs: two threads waiting for work no thread took run it once."""
-        self._thread: threading.Thread | None = threading.Thread(target=self._run, name=name, daemon=True)
+        self._ended = threading.Event()
+        """Set when the thread's work has ended.  Not ``Thread.join``: on Python 3.11 a join
+        interrupted by Ctrl-C marks the thread stopped, and every later join returns at once."""
+        self._thread: threading.Thread | None = threading.Thread(target=self._run_then_end, name=name, daemon=True)
         try:
             self._thread.start()
         except RuntimeError:  # no new threads (out of them, or the interpreter is finalizing)
@@ -50,12 +53,18 @@ class Background(Generic[T]):
             except BaseException as exc:  # handed to whoever asks for the result
                 self._outcome = (False, exc)
 
+    def _run_then_end(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._ended.set()
+
     def wait(self) -> None:
         """Wait until the work has ended, whatever its outcome (run it here if no thread took it)."""
         if self._thread is None:
             self._run()
         else:
-            self._thread.join()
+            self._ended.wait()
 
     def abandon(self) -> None:
         """The caller gave up: wait for a thread that took the work; work no thread took is dropped."""
@@ -63,7 +72,7 @@ class Background(Generic[T]):
             with self._lock:  # or wait for whoever is running it here
                 self._work = None
         else:
-            self._thread.join()
+            self._ended.wait()
 
     def result(self) -> T:
         """The work's value, or its exception raised here."""
@@ -85,10 +94,9 @@ def beside(work: Callable[[], T], here: Callable[[], object], *, name: str) -> T
     background = Background(work, name=name)
     try:
         here()
-    except BaseException:
-        background.abandon()
-        raise
-    return background.result()
+        return background.result()
+    finally:
+        background.abandon()  # also when the wait for the result was interrupted (Ctrl-C)
 
 
 def map_threads(work: Callable[[U], T], items: Sequence[U], *, threads: int, name: str) -> list[T]:

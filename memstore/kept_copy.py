@@ -133,11 +133,12 @@ class KeptCopy:
         """Wait until every block handed over is written; with ``check``, raise the first error."""
         try:
             while self._pending:
-                step = self._pending.popleft()
+                step = self._pending[0]  # left pending until it ended, so the finally waits for it
                 if check:
                     step.result()
                 else:
                     step.abandon()
+                self._pending.popleft()
         finally:
             while self._pending:
                 self._pending.popleft().abandon()
@@ -152,7 +153,8 @@ class KeptCopy:
 
     def _submit(self, step: Callable[..., None], *args: Any) -> None:
         while len(self._pending) >= self.AHEAD:
-            self._pending.popleft().result()
+            self._pending[0].result()  # an error or a Ctrl-C leaves it for wait() to join
+            self._pending.popleft()
         before = self._pending[-1] if self._pending else None
         # A thread per block, each starting once the one before has ended: block order, as
         # on one worker thread, without an executor (see :mod:`memstore.background`).

@@ -1,0 +1,82 @@
+"""Review round 23c: memstore.background's waits must end every started thread.
+
+A caller that leaves a wait early (an error from another worker, a Ctrl-C while it
+joins) and then frees what the work reads (a descriptor, a replacement, a load context)
+must first wait for every thread it started, as ``ThreadPoolExecutor``'s ``with`` did.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from memstore.background import Background, beside
+from memstore.kept_copy import KeptCopy
+
+
+def _interrupt_main_after(seconds: float) -> threading.Timer:
+    """A real SIGINT to this (main) thread: it interrupts a join, as Ctrl-C does."""
+    main = threading.main_thread().ident
+    assert main == threading.get_ident()
+    timer = threading.Timer(seconds, signal.pthread_kill, args=(main, signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_beside_joins_the_work_when_the_wait_for_its_result_is_interrupted() -> None:
+    done = threading.Event()
+
+    def work() -> int:
+        time.sleep(1.0)
+        done.set()
+        return 1
+
+    timer = _interrupt_main_after(0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            beside(work, lambda: None, name="review-23c-beside")
+    finally:
+        timer.join()
+    assert done.is_set(), "the work still ran after beside raised: its caller may free what it reads"
+
+
+def test_kept_copy_wait_joins_the_step_it_was_waiting_for_when_interrupted(tmp_path: object) -> None:
+    done = threading.Event()
+    copy = KeptCopy(-1, 0, lambda: None)  # type: ignore[arg-type,return-value]
+
+    def slow_step() -> None:
+        time.sleep(1.0)
+        done.set()
+
+    copy._submit(slow_step)
+    timer = _interrupt_main_after(0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            copy.wait()
+    finally:
+        timer.join()
+    assert done.is_set(), "a copy step still writes after wait() raised: the replacement is discarded next"
+
+
+def test_background_abandon_after_an_interrupted_result_still_joins() -> None:
+    # Pins what the fixes lean on: abandon() after an interrupted result() waits for the thread.
+    done = threading.Event()
+
+    def work() -> None:
+        time.sleep(0.6)
+        done.set()
+
+    job = Background(work, name="review-23c-bg")
+    timer = _interrupt_main_after(0.1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            job.result()
+    finally:
+        timer.join()
+    job.abandon()
+    assert done.is_set()
+    assert os.getpid()  # the process is whole
