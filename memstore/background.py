@@ -116,8 +116,12 @@ def map_threads(work: Callable[[U], T], items: Sequence[U], *, threads: int, nam
                 outcomes[index] = (False, exc)
 
     workers = [Background(take_items, name=f"{name}-{number}") for number in range(max(1, min(threads, len(items))))]
-    for worker in workers:
-        worker.result()
+    try:
+        for worker in workers:
+            worker.result()
+    finally:
+        for worker in workers:  # after an error or an interrupted wait, the others end first
+            worker.abandon()
     results: list[T] = []
     for outcome in outcomes:
         assert outcome is not None

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from memstore.background import Background, beside
+from memstore.background import Background, beside, map_threads
 from memstore.kept_copy import KeptCopy
 
 
@@ -25,6 +25,39 @@ def _interrupt_main_after(seconds: float) -> threading.Timer:
     timer = threading.Timer(seconds, signal.pthread_kill, args=(main, signal.SIGINT))
     timer.start()
     return timer
+
+
+def test_map_threads_joins_every_worker_when_one_raises_a_base_exception() -> None:
+    done = threading.Event()
+
+    def work(item: int) -> int:
+        if item == 0:
+            raise KeyboardInterrupt
+        time.sleep(0.5)
+        done.set()
+        return item
+
+    with pytest.raises(KeyboardInterrupt):
+        map_threads(work, [0, 1], threads=2, name="review-23c-map")
+    assert done.is_set(), "a worker still ran after map_threads raised"
+    assert not [t for t in threading.enumerate() if t.name.startswith("review-23c-map")]
+
+
+def test_map_threads_joins_every_worker_when_the_wait_is_interrupted() -> None:
+    done = threading.Event()
+
+    def work(item: int) -> int:
+        time.sleep(1.0)
+        done.set()
+        return item
+
+    timer = _interrupt_main_after(0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            map_threads(work, [0], threads=1, name="review-23c-map")
+    finally:
+        timer.join()
+    assert done.is_set(), "a worker still ran after map_threads raised"
 
 
 def test_beside_joins_the_work_when_the_wait_for_its_result_is_interrupted() -> None:
