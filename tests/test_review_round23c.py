@@ -13,7 +13,10 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from memstore import background as background_module
 from memstore.background import Background, beside, map_threads
 from memstore.kept_copy import KeptCopy
 
@@ -113,3 +116,43 @@ def test_background_abandon_after_an_interrupted_result_still_joins() -> None:
     job.abandon()
     assert done.is_set()
     assert os.getpid()  # the process is whole
+
+
+class _SometimesNoThread(threading.Thread):
+    """Thread.start fails for the starts the test picks: a mix of threads and work run by waiters."""
+
+    refuse: frozenset[int] = frozenset()
+    starts = 0
+
+    def start(self) -> None:
+        number, _SometimesNoThread.starts = _SometimesNoThread.starts, _SometimesNoThread.starts + 1
+        if number in self.refuse:
+            raise RuntimeError("can't start new thread")
+        super().start()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    delays=st.lists(st.sampled_from([0.0, 0.0, 0.0005, 0.002]), min_size=1, max_size=12),
+    refused=st.frozensets(st.integers(min_value=0, max_value=11)),
+)
+def test_kept_copy_steps_run_in_block_order_under_delays_and_refused_threads(
+    delays: list[float], refused: frozenset[int]
+) -> None:
+    done: list[int] = []
+    copy = KeptCopy(-1, 0, lambda: None)  # type: ignore[arg-type,return-value]
+
+    def step(number: int, delay: float) -> None:
+        time.sleep(delay)
+        done.append(number)
+
+    _SometimesNoThread.refuse, _SometimesNoThread.starts = refused, 0
+    original = background_module.threading.Thread
+    background_module.threading.Thread = _SometimesNoThread  # type: ignore[misc]
+    try:
+        for number, delay in enumerate(delays):
+            copy._submit(step, number, delay)
+        copy.wait()
+    finally:
+        background_module.threading.Thread = original  # type: ignore[misc]
+    assert done == list(range(len(delays)))
