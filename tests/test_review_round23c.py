@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -156,3 +159,44 @@ def test_kept_copy_steps_run_in_block_order_under_delays_and_refused_threads(
     finally:
         background_module.threading.Thread = original  # type: ignore[misc]
     assert done == list(range(len(delays)))
+
+
+_LATE_TEAM = """
+import sys, threading
+from memstore.catalog import MemoryCatalog
+from memstore.team_index import TeamIndex
+
+url, base = sys.argv[1], sys.argv[2]
+roots = {f"late23c-{number}/memory.jsonl": f"{base}/r{number}" for number in range(4)}
+for number, root in enumerate(roots.values()):
+    catalog = MemoryCatalog(root, use_index=False)
+    for entry in range(20 + number):
+        catalog.add(f"entry {entry} about caching")
+
+def late() -> None:
+    started.wait()
+    report = TeamIndex(url).reindex(roots, workers=4)
+    print(sorted(source.action for source in report.sources), flush=True)
+    hits = TeamIndex(url).search("caching", limit=500, sources=list(roots))
+    print(len(hits.hits), flush=True)
+
+started = threading.Event()
+threading.Thread(target=late).start()
+started.set()
+"""
+
+
+@pytest.mark.pg
+def test_a_team_reindex_of_several_sources_on_a_thread_that_outlives_the_main_thread(
+    tmp_path: Path, pg_writer_url: str
+) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _LATE_TEAM, pg_writer_url, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and lines[1] == str(20 + 21 + 22 + 23), out.stdout
