@@ -200,3 +200,31 @@ def test_a_team_reindex_of_several_sources_on_a_thread_that_outlives_the_main_th
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 2 and lines[1] == str(20 + 21 + 22 + 23), out.stdout
+
+
+def test_a_direct_read_interrupted_while_waiting_frees_its_buffer_only_after_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memstore import direct_io
+
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * (2 * direct_io.READ_BYTES))
+    real_preadv = os.preadv
+    done = threading.Event()
+
+    def slow_preadv(fd: int, buffers: list[memoryview], offset: int) -> int:
+        time.sleep(1.0)
+        got = real_preadv(fd, buffers, offset)
+        done.set()
+        return got
+
+    monkeypatch.setattr(os, "preadv", slow_preadv)
+    fd = os.open(path, os.O_RDONLY)
+    timer = _interrupt_main_after(0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):  # not a BufferError from freeing a buffer still read into
+            direct_io._feed_direct(fd, 0, 2 * direct_io.READ_BYTES, lambda view: None)
+        assert done.is_set(), "the buffer was freed while the read was in flight"
+    finally:
+        timer.join()
+        os.close(fd)
