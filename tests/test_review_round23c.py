@@ -27,7 +27,8 @@ from memstore.kept_copy import KeptCopy
 def _interrupt_main_after(seconds: float) -> threading.Timer:
     """A real SIGINT to this (main) thread: it interrupts a join, as Ctrl-C does."""
     main = threading.main_thread().ident
-    assert main == threading.get_ident()
+    if main != threading.get_ident():
+        pytest.skip("a signal interrupts only the main thread's wait")
     timer = threading.Timer(seconds, signal.pthread_kill, args=(main, signal.SIGINT))
     timer.start()
     return timer
