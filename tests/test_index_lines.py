@@ -190,10 +190,8 @@ def test_a_bulk_build_refuses_rows_it_did_not_number(tmp_path: Path, monkeypatch
     assert not catalog.index_path.exists()
 
 
-def test_every_range_of_a_worker_build_comes_back_from_the_worker_whole(
-    source: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The marshalled answer carries each range whole (rows, counts, tail, what was seen): none is parsed here."""
+def ranges_parsed_here(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every range ``parse_range`` parses in this process from now on (a worker's are not seen)."""
     parsed_here: list[tuple[int, int]] = []
     real_parse = lines.parse_range
 
@@ -202,13 +200,21 @@ def test_every_range_of_a_worker_build_comes_back_from_the_worker_whole(
         return real_parse(fd, start, stop)
 
     monkeypatch.setattr(lines, "parse_range", counted)
+    return parsed_here
+
+
+def test_every_range_of_a_worker_build_comes_back_from_the_worker_whole(
+    source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marshalled answer carries each range whole (rows, counts, tail, what was seen): none is parsed here."""
+    parsed_here = ranges_parsed_here(monkeypatch)
     ranges = _through_worker(source, monkeypatch)
     assert parsed_here == []
     fd = os.open(source, os.O_RDONLY)
     try:
         for parsed in ranges:
             assert parsed.seen is not None
-            here = real_parse(fd, parsed.seen.start, parsed.seen.stop)
+            here = parse_range(fd, parsed.seen.start, parsed.seen.stop)
             assert (
                 parsed.rows,
                 parsed.blank,

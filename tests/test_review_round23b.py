@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_index_lines import ranges_parsed_here
 
 from memstore.catalog import MemoryCatalog
 from memstore.index import line_worker, lines
@@ -199,21 +200,14 @@ def test_every_field_of_hostile_lines_survives_the_trip_from_a_worker(
     source.write_bytes(b"\n".join(_odd_line(rng) for _ in range(1500)) + b"\n" + tail)
     monkeypatch.setattr(lines, "PARALLEL_BYTES", 0)
     monkeypatch.setattr(lines, "RANGE_BYTES", 1500)
-    parsed_here: list[tuple[int, int]] = []
-    real_parse = lines.parse_range
-
-    def counted(fd: int, start: int, stop: int) -> ParsedRange:
-        parsed_here.append((start, stop))
-        return real_parse(fd, start, stop)
-
-    monkeypatch.setattr(lines, "parse_range", counted)
+    parsed_here = ranges_parsed_here(monkeypatch)
     fd = os.open(source, os.O_RDONLY)
     try:
         ranges = list(parsed_ranges(source, fd, 0, os.fstat(fd).st_size))
         assert parsed_here == []
         for parsed in ranges:
             assert parsed.seen is not None
-            here = real_parse(fd, parsed.seen.start, parsed.seen.stop)
+            here = parse_range(fd, parsed.seen.start, parsed.seen.stop)
             assert repr(_fields(parsed)) == repr(_fields(here))
             assert type(parsed.seen) is type(here.seen)
         assert ranges[-1].tail is not None
