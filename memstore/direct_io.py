@@ -182,24 +182,27 @@ def _reopen_direct(fd: int) -> int | None:
         return None
     path = PROC_FD.format(fd)
     try:
-        mine, there = os.fstat(fd), os.stat(path)
+        if not _same_regular_file(os.fstat(fd), os.stat(path)):
+            return None
     except OSError:
-        return None
-    if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino) or not stat.S_ISREG(there.st_mode):
         return None
     try:
         direct = os.open(path, os.O_RDONLY | O_DIRECT | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
-    try:
-        mine, theirs = os.fstat(fd), os.fstat(direct)
+    try:  # the link may have changed between the check and the open
+        same = _same_regular_file(os.fstat(fd), os.fstat(direct))
     except OSError:
-        os.close(direct)
-        return None
-    if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino) or not stat.S_ISREG(theirs.st_mode):
+        same = False
+    if not same:
         os.close(direct)
         return None
     return direct
+
+
+def _same_regular_file(mine: os.stat_result, theirs: os.stat_result) -> bool:
+    """Whether ``theirs`` is the very regular file that ``mine`` describes."""
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) and stat.S_ISREG(theirs.st_mode)
 
 
 def _feed_direct(direct: int, start: int, end: int, feed: Callable[[memoryview], None]) -> int:
@@ -214,6 +217,7 @@ def _feed_direct(direct: int, start: int, end: int, feed: Callable[[memoryview],
     views = [memoryview(buffer) for buffer in buffers]
     at = start - start % ALIGN
     pos = start
+
     def read(turn: int, offset: int) -> Background[int]:
         return Background(functools.partial(os.preadv, direct, [views[turn]], offset), name="memstore-direct-read")
 
