@@ -77,6 +77,67 @@ def test_old_schema_version_is_migrated_or_rebuilt(tmp_path: Path) -> None:
     assert list(index_path(tmp_path).parent.glob(f"{INDEX_FILENAME}.damaged-*")), "damaged file kept aside"
 
 
+OLD_DOC_FTS = (
+    "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, mc, mt, content='doc', content_rowid='id', "
+    "tokenize='ascii', detail=column)"
+)
+
+
+def _as_0004(path: Path) -> None:
+    """Turn a current index back into what memstore at schema 0004 left: doc_fts with column sizes."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        settings = conn.execute("SELECT k, v FROM doc_fts_config WHERE k != 'version'").fetchall()
+        conn.execute("DROP TABLE doc_fts")
+        conn.execute(OLD_DOC_FTS)
+        for key, value in settings:
+            conn.execute("INSERT INTO doc_fts(doc_fts, rank) VALUES (?, ?)", (key, value))
+        conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('rebuild')")
+        conn.execute("UPDATE alembic_version SET version_num = '0004'")
+        conn.execute("PRAGMA user_version = 4")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _word_index(path: Path) -> dict[str, object]:
+    """What the word index and its vocabulary hold, row by row."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.words USING fts5vocab(main, doc_fts, 'instance')")
+        conn.execute("INSERT INTO doc_fts(doc_fts) VALUES ('integrity-check')")  # raises when damaged
+        return {
+            "instances": conn.execute("SELECT term, doc, col FROM temp.words ORDER BY 1, 2, 3").fetchall(),
+            "terms": conn.execute("SELECT kind, text, n FROM term ORDER BY kind, text").fetchall(),
+            "docsize": conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'doc_fts_docsize'").fetchone(),
+        }
+    finally:
+        conn.close()
+
+
+def test_an_index_at_0004_is_migrated_to_the_file_a_build_makes(tmp_path: Path) -> None:
+    """0005 drops doc_fts's column sizes in place: the migrated file is the one a fresh build makes."""
+    project, fresh = tmp_path / "project", tmp_path / "fresh"
+    catalog = MemoryCatalog(project)
+    for i in range(40):
+        catalog.add(f"entry {i}: the parser's cache (v{i % 7}) -> src/x_{i % 3}.py", tags=["ci", f"t{i % 4}"])
+    queries = ("entry", "cache", "->", "x_1.py", "t2", "v3 parser's")
+    expected = {query: catalog.search(query, limit=50) for query in queries}
+    _as_0004(index_path(project))
+    before = os.stat(index_path(project)).st_ino
+    migrated = MemoryCatalog(project)
+    assert {query: migrated.search(query, limit=50) for query in queries} == expected
+    assert os.stat(index_path(project)).st_ino == before, "migrated in place, not rebuilt"
+    assert not list(index_path(project).parent.glob(f"{INDEX_FILENAME}.damaged-*"))
+    (fresh / ".teaagent").mkdir(parents=True)
+    (fresh / ".teaagent" / "memory.jsonl").write_bytes((project / ".teaagent" / "memory.jsonl").read_bytes())
+    assert {query: MemoryCatalog(fresh).search(query, limit=50) for query in queries} == expected
+    assert _schema_facts(index_path(project)) == _schema_facts(index_path(fresh))
+    assert _word_index(index_path(project)) == _word_index(index_path(fresh))
+    assert _word_index(index_path(fresh))["docsize"] == (0,)
+
+
 def test_newer_schema_version_is_set_aside_and_rebuilt(tmp_path: Path) -> None:
     catalog = filled(tmp_path, 5)
     expected = catalog.list(limit=10)

@@ -170,6 +170,25 @@ def test_check_index_finds_a_term_missing_from_the_vocabulary(tmp_path: Path) ->
     assert [entry.content for entry in catalog.search("delt")] == ["beta delta"]
 
 
+def test_marks_remembered_per_run_are_still_the_marks_of_each_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Texts whose runs differ as a whole but share single runs: each run's marks come from the
+    per-run table (bounded, long runs never kept), and every text still gets exactly its marks."""
+    from memstore.index import terms
+
+    monkeypatch.setattr(terms, "_marks_cache", {})
+    monkeypatch.setattr(terms, "_run_marks", {})
+    monkeypatch.setattr(terms, "MARKS_CACHED", 3)
+    texts = ["a.b c,d", "e.f (g)", "h,i (j) k.", "l-m n.o", "'p' q.r", "s.t " + "-+" * 40, "u,v w.x y()"]
+    for text in texts * 2:
+        assert marks_text(text) == _marks_by_regex(text), text
+        assert len(terms._run_marks) <= 3
+    assert terms._run_marks, "single runs were remembered"
+    assert all(len(run) <= terms.MARKS_KEY_BYTES for run in terms._run_marks)
+    terms._marks_cache.clear()
+    terms._run_marks[b"."] = frozenset({"x2e"})  # what the table holds is what a text with that run is given
+    assert marks_text("z.z") == "x2e"
+
+
 def test_marks_remembered_for_the_same_runs_are_still_the_marks_of_each_text(monkeypatch: pytest.MonkeyPatch) -> None:
     from memstore.index import terms
 

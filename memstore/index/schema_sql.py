@@ -26,15 +26,15 @@ CREATE_STATEMENTS: tuple[str, ...] = (
     'CREATE TABLE origin (\n\tid INTEGER NOT NULL, \n\tdev INTEGER NOT NULL, \n\tino INTEGER NOT NULL, \n\tmachine TEXT NOT NULL, \n\tPRIMARY KEY (id)\n)',
     'CREATE INDEX doc_branch ON doc(br) WHERE br IS NOT NULL',
     'CREATE INDEX doc_run ON doc(run) WHERE run IS NOT NULL',
-    "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, mc, mt, content='doc', content_rowid='id', tokenize='ascii', detail=column)",
     'CREATE TABLE term (\n\tid INTEGER NOT NULL, \n\tkind INTEGER NOT NULL, \n\ttext TEXT NOT NULL, \n\tn INTEGER NOT NULL, \n\tPRIMARY KEY (id), \n\tCONSTRAINT term_kind_text UNIQUE (kind, text)\n)',
     "CREATE VIRTUAL TABLE term_tri USING fts5(c, t, content='', tokenize='trigram case_sensitive 1', detail=column)",
     "CREATE VIRTUAL TABLE term_gram USING fts5(c, t, content='', tokenize='ascii', detail=column)",
     'CREATE INDEX doc_walk ON doc(bonus DESC, created_at DESC, id)',
+    "CREATE VIRTUAL TABLE doc_fts USING fts5(c, t, mc, mt, content='doc', content_rowid='id', tokenize='ascii', detail=column, columnsize=0)",
 )
 
 
-MASTER_DIGEST = "7b63df339b524ce0f4f262bd92235b6f6c232b3e936bacb663790a70223f8e2b"
+MASTER_DIGEST = "a067089dd6a434626ee7144c363af7bd0d96ac2cd6628ea4c1c8b2301879d369"
 """``trust.master_digest`` of the ``sqlite_master`` these statements leave (FTS5 shadow tables
 included) under SQLite MASTER_SQLITE: a file whose rows have this digest needs no reference built."""
 MASTER_SQLITE = "3.40.1"

@@ -6,9 +6,9 @@ and the migrator never loads the opener.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """``PRAGMA user_version`` of an index at the newest schema."""
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 """The Alembic revision of that schema (the SQLite branch of migrations/versions)."""
 BUSY_TIMEOUT_MS = 10_000
 """How long a connection waits for another process's write lock before the call answers from a scan."""
