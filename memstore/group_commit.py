@@ -72,6 +72,7 @@ from memstore.files import (
     open_for_append,
     open_own_file,
     open_regular,
+    process_id,
     storage_error,
     torn_tail_start,
     unhide_from_children,
@@ -194,16 +195,15 @@ class GroupCommit:
                 data = b"\n" + data
             record, chain, seen = self._check_record(sync_fd, fd, st, size)
             try:
-                # Stat again just before the write: the chain's "before" must be the file as the
-                # write found it, so only the write itself is the window another tool could hide in.
-                before: os.stat_result | None = os.fstat(fd)
                 write_all(fd, data)
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     self._truncate(sync_fd, fd, st, size)
                 raise storage_error("append to", self.path, exc) from exc
-            if size != st.st_size or not _same_file_state(before, st):
-                before = None  # cut by memstore, or changed by another tool since it was opened
+            # The chain's "before" is the stat above: between it and the write lie only two
+            # preads (microseconds), far inside the timestamp tick the chain already cannot see
+            # through (see :mod:`memstore.append_chain`); a stat of its own cost one more call.
+            before = st if size == st.st_size else None  # None: cut by memstore first
             self._extend_chain(sync_fd, fd, chain, before, end=size + len(data))
             # Cuts happen only under the writer lock, which this writer holds: the count read
             # here is exact, and a claim is refused if any cut comes after it.
@@ -344,7 +344,7 @@ class GroupCommit:
         try:
             # No lock needed for the size: a claim is refused if any cut came after the
             # count of cuts this writer read under the writer lock (cuts are made only under it).
-            synced_to = os.fstat(fd).st_size
+            synced_to = os.lseek(fd, 0, os.SEEK_END)  # the size, without building a stat result
             os.fsync(fd)
         except OSError as exc:
             self._record_failure(pending)
@@ -426,13 +426,6 @@ class GroupCommit:
             raise LockError(exc.errno or errno.EIO, f"cannot open lock {self.sync_path}: {exc.strerror}") from exc
 
 
-def _same_file_state(a: os.stat_result | None, b: os.stat_result) -> bool:
-    def key(st: os.stat_result) -> tuple[int, int, int, int]:
-        return st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns
-
-    return a is not None and key(a) == key(b)
-
-
 def _lost(path: Path) -> StorageError:
     return storage_error("fsync", path, OSError(errno.EIO, "an fsync this append waited on failed: it may be lost"))
 
@@ -478,7 +471,7 @@ class _Descriptors:
     def __init__(self, fd: int, sync_fd: int) -> None:
         self.fd = fd
         self.sync_fd = sync_fd
-        self.pid = os.getpid()
+        self.pid = process_id()
         try:
             st, ss = os.fstat(fd), os.fstat(sync_fd)
         except OSError:
@@ -488,7 +481,7 @@ class _Descriptors:
 
     def still_names(self, path: Path, sync_path: Path) -> bool:
         """Both names still lead to these files (regular, the lock unlinked elsewhere), in this process."""
-        if self.pid != os.getpid() or self.fd < 0:
+        if self.pid != process_id() or self.fd < 0:
             return False
         try:
             st, ss = os.lstat(path), os.lstat(sync_path)
