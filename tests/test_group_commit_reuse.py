@@ -4,7 +4,7 @@ Reusing the two descriptors (the file's and its sync lock's) saves two opens and
 closes per add.  Each test here puts one way a kept descriptor could write to the wrong
 file, hear of the wrong error, or outlive its owner in front of an add, and checks what
 the add does then.  Also: the two shortcuts of the commit (an unchanged record is not
-parsed again; a claim of a writer's own bytes alone is not recorded).
+parsed again; a lone writer leaves the record unwritten).
 """
 
 from __future__ import annotations
