@@ -99,6 +99,8 @@ class GroupCommit:
     def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = Path(path)
         self.sync_path = sync_lock_path(self.path)
+        self._names = (os.fspath(self.path), os.fspath(self.sync_path))
+        """Both paths as strings, for the stat of each name on every add."""
         self._mode = mode
         self._idle: list[_Descriptors] = []
         self._retired: list[_Descriptors] = []
@@ -122,7 +124,7 @@ class GroupCommit:
                 held = self._idle.pop()
             except IndexError:  # taken by another thread in between
                 break
-            if held.still_names(self.path, self.sync_path):
+            if held.still_names(*self._names):
                 return held, False
             # Closed after the writer lock is released: the last descriptor of a file a
             # rewrite replaced frees all of its blocks, which can take a while.
@@ -233,13 +235,15 @@ class GroupCommit:
         hint for the index (see :mod:`memstore.append_chain`): if it cannot be written,
         the chain no longer ends at the file, and the index re-reads the prefix.
         """
-        with contextlib.suppress(OSError):
+        try:  # not contextlib.suppress: this runs under the writer lock on every add
             after = os.fstat(fd)
             if after.st_size != end:
                 before = None
             extended = AppendChain.after_append(chain, before, after)
             # The sync lock was proven linked nowhere else when this append took its descriptors.
             self._chains.remember(extended.write(sync_fd, checked=True), extended)
+        except OSError:
+            pass
 
     def cut_torn_tail(self, *, is_whole: Callable[[bytes], bool]) -> Path | None:
         """Set aside an unterminated last line ``is_whole`` rejects; the caller holds the writer lock.
@@ -446,7 +450,7 @@ class _Descriptors:
         else:
             self.key, self.sync_key = (st.st_dev, st.st_ino), (ss.st_dev, ss.st_ino)
 
-    def still_names(self, path: Path, sync_path: Path) -> bool:
+    def still_names(self, path: str, sync_path: str) -> bool:
         """Both names still lead to these files (regular, the lock unlinked elsewhere), in this process."""
         if self.pid != process_id() or self.fd < 0:
             return False
