@@ -13,7 +13,8 @@ Per inode (the two most recent; older ones fall out):
 * ``cuts``: how many times memstore has cut the file back (a claim is recorded only if
   no cut came between the writer looking at the file's size and recording it);
 * ``durable``: ``[from, to)`` bytes a successful fsync vouches for: written after its
-  descriptor was opened (``from``), and before it began (``to``);
+  descriptor was opened (``from``), and before it began (``to``); recorded by older
+  versions only, still honoured (see :mod:`memstore.group_commit`);
 * ``lost``: ``[from, to)`` bytes that may have been waiting when an fsync failed:
   never acknowledged, whatever fsync succeeds later.
 """

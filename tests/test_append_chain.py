@@ -136,6 +136,19 @@ def test_another_tools_append_starts_a_new_chain(catalog: MemoryCatalog) -> None
     assert later.starts_at(foreign.st_dev, foreign.st_ino, foreign.st_size, foreign.st_ctime_ns)
 
 
+def test_an_add_that_sets_a_torn_tail_aside_starts_a_new_chain_after_its_own_line(catalog: MemoryCatalog) -> None:
+    """The cut is no append: the chain may not span it, though the add's first stat saw the torn file."""
+    chain = read_chain(sync_lock_path(catalog.path))
+    time.sleep(TICK)
+    with open(catalog.path, "ab") as handle:
+        handle.write(b'{"memory_id": "torn", "cont')  # a writer killed mid-append
+    catalog.add("after the torn tail")
+    later = read_chain(sync_lock_path(catalog.path))
+    now = os.stat(catalog.path)
+    assert chain is not None and later is not None and later.nonce != chain.nonce
+    assert later.starts_at(now.st_dev, now.st_ino, now.st_size, now.st_ctime_ns) and later.ends_at(now)
+
+
 # ---------------------------------------------------------------- the index follows
 
 

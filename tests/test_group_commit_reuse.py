@@ -4,7 +4,7 @@ Reusing the two descriptors (the file's and its sync lock's) saves two opens and
 closes per add.  Each test here puts one way a kept descriptor could write to the wrong
 file, hear of the wrong error, or outlive its owner in front of an add, and checks what
 the add does then.  Also: the two shortcuts of the commit (an unchanged record is not
-parsed again; a claim of a writer's own bytes alone is not recorded).
+parsed again; a lone writer leaves the record unwritten).
 """
 
 from __future__ import annotations
@@ -153,17 +153,26 @@ def test_a_deleted_sync_lock_is_recreated_rather_than_kept_open(group: tuple[Gro
     assert sync_path.is_file()  # writers opening it by name and this one share one record again
 
 
-def test_a_forked_child_opens_its_own_descriptors(
-    group: tuple[GroupCommit, FileLock], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A child shares the parent's open file description and its error cursor: it must not reuse it."""
+def test_a_forked_child_opens_its_own_descriptors(group: tuple[GroupCommit, FileLock]) -> None:
+    """A child shares the parent's open file description and its error cursor: it must not reuse it.
+
+    A real fork: the kept descriptors point at /dev/null in the child, so a child that took
+    them for its own (its process id not refreshed) would write its line nowhere, or fail.
+    """
     commit, lock = group
     _add(commit, lock)
-    counting = _counting(monkeypatch, commit.path)
-    parent = os.getpid()
-    monkeypatch.setattr(counting, "getpid", lambda: parent + 1, raising=False)
-    _add(commit, lock, b'{"n": 2}\n')
-    assert counting.opens == 1
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        code = 1
+        try:
+            _add(commit, lock, b'{"n": "child"}\n')
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    _add(commit, lock, b'{"n": "parent"}\n')  # the parent's kept descriptors still serve it
+    assert commit.path.read_bytes().endswith(b'{"n": 1}\n{"n": "child"}\n{"n": "parent"}\n')
 
 
 def test_descriptors_of_a_failed_fsync_are_closed_not_kept(
