@@ -317,8 +317,9 @@ def rewritten_prefix(
     followed its last write and fsync.  When the open file still has that device, inode,
     size, mtime and ctime, nothing wrote to it since, so it holds the bytes the rewrite
     digested as it wrote them.  What remains unseen is the same as for a chain: another
-    tool's same-size edit made within one timestamp tick of memstore's last write (or
-    between its last stat and the rename), and a local program forging stat values.  So
+    tool's same-size edit made within one timestamp tick of memstore's last write or of
+    the rename (between the stat after the fsync and the rename, or right after the
+    rename on a kernel whose ctime is coarse), and a local program forging stat values.  So
     the digest is accepted only where ``REWRITE_SAMPLES`` of its blocks and the partial
     block read back intact, and it counts as one of the ``FULL_PROOF_EVERY`` chained
     catch-ups (``resumes``: those of the state the rewrite replaced): when that many are
