@@ -578,6 +578,8 @@ class Replacement:
         self._direct: DirectWriter | None = None
         self.direct_bytes = 0
         """Bytes that went to the disk around the page cache (a reader of the new file may read them so too)."""
+        self.renamed: os.stat_result | None = None
+        """The new file's stat right after :meth:`commit` renamed it into place."""
         if direct:
             from memstore.direct_io import DirectWriter
 
@@ -638,7 +640,10 @@ class Replacement:
         os.fsync(self.fd)
 
     def commit(self) -> os.stat_result:
-        """fsync, rename over ``path``, fsync the folder; the stat of the new file."""
+        """fsync, rename over ``path``, fsync the folder; the stat of the new file after its last write.
+
+        :attr:`renamed` is its stat after the rename (which moves its ctime on Linux).
+        """
 
         def swap() -> os.stat_result:
             self._fsync()
@@ -647,6 +652,8 @@ class Replacement:
             return written
 
         written = self._do(swap)
+        with contextlib.suppress(OSError):  # the file is in place: only the index's shortcut needs this stat
+            self.renamed = os.fstat(self.fd)
         self._close()
         try:
             fsync_dir(self.path.parent)

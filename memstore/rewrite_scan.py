@@ -6,11 +6,16 @@ lines.  It searches each block of lines in C (``bytes.find``, one regular expres
 and looks in Python only at the lines those searches name:
 
 * lines holding the value's UTF-8 bytes;
-* lines with a backslash outside the string that follows ``"content": "``.  A string
-  without escapes decodes to its own bytes, and the content string is no key's
-  ``branch_name`` or ``run_id``, so a line whose escapes all sit in it (non-ASCII or
-  quoted text, the common case) matches only if it holds the value's bytes.  The
-  bytes ``"content": "`` cannot occur inside a string (its quotes would be escaped);
+* lines with an escape that can stand for a character of the value (``\\u``, and
+  ``\\/`` for a slash, ``\\n`` for a newline and so on only when the value holds that
+  character) where a backslash lies outside the string that follows ``"content": "``.
+  A string without escapes decodes to its own bytes, and a string holding the value
+  spells each of its escaped characters with one of those escapes; the content string
+  is no key's ``branch_name`` or ``run_id``, so a line whose escapes all sit in it
+  (non-ASCII or quoted text, the common case), or that escapes only characters the
+  value lacks (real text escapes a newline or a quote in nearly every line), matches
+  only if it holds the value's bytes.  The bytes ``"content": "`` cannot occur inside
+  a string (its quotes would be escaped);
 * lines that start like a blank line.
 
 Those lines are parsed, but only the one field is compared before an entry is built
@@ -20,8 +25,10 @@ and validated.  What is kept is described as byte ranges, for
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from memstore import files
@@ -116,10 +123,17 @@ def _scan_block(
             starts.add(data.rfind(b"\n", 0, hit) + 1)
             end = data.find(b"\n", hit, size)
             hit = data.find(needle, end, size) if end >= 0 else -1
-    hit = data.find(b"\\", 0, size)
+    letters, escape = _escapes_for(value)
+    hit = data.find(b"\\", 0, size)  # memchr over the stretches without escapes, then the pattern
     while hit >= 0:
-        start = data.rfind(b"\n", 0, hit) + 1
-        end = data.find(b"\n", hit, size)
+        if hit + 1 < size and data[hit + 1] in letters:
+            at = hit
+        elif (found := escape(data, hit, size)) is not None:
+            at = found.start()
+        else:
+            break
+        start = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at, size)
         end = size if end < 0 else end
         if not _escapes_only_in_content(data, start, end):
             starts.add(start)
@@ -150,6 +164,22 @@ def _scan_block(
             keep_from = start + length
     if keep_from < size:
         scan._keep(offset + keep_from, offset + size)
+
+
+_STANDS_FOR = {b"\"": '"', b"\\": "\\", b"/": "/", b"b": "\b", b"f": "\f", b"n": "\n", b"r": "\r", b"t": "\t"}
+"""The character each two-character JSON escape stands for (``\\u`` stands for any)."""
+
+
+@functools.lru_cache(maxsize=16)
+def _escapes_for(value: str) -> tuple[bytes, Callable[[bytes, int, int], re.Match[bytes] | None]]:
+    """The escapes that can stand for a character of ``value``: a line without the value's
+    bytes holds it only through one of them, in the string that holds it.
+
+    Real text escapes a newline or a quote in nearly every line; neither stands for a
+    character of a branch name or a run id, so such lines are not looked at one by one.
+    """
+    letters = b"u" + b"".join(letter for letter, char in _STANDS_FOR.items() if char in value)
+    return letters, re.compile(b"\\\\[" + re.escape(letters) + b"]").search
 
 
 def _escapes_only_in_content(data: bytes, start: int, end: int) -> bool:

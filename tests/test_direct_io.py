@@ -21,6 +21,7 @@ from memstore import direct_io
 from memstore.catalog import MemoryCatalog
 from memstore.direct_io import ALIGN, READ_BYTES, STAGE_BYTES, DirectWriter, read_direct
 from memstore.files import Replacement
+from memstore.index import source
 from memstore.index.catalog_index import RewritePlan
 from memstore.jsonl import encode_entries
 
@@ -229,6 +230,8 @@ def test_the_index_follow_up_proves_a_directly_written_file_by_direct_reads_and_
         return real(fd, start, end, feed)
 
     monkeypatch.setattr(direct_io, "read_direct", recording)
+    # The full proof, as every FULL_PROOF_EVERY follow-ups (otherwise an untouched file is not read back).
+    monkeypatch.setattr(source, "FULL_PROOF_EVERY", 1)
     catalog = _big_catalog(tmp_path)
     assert catalog.delete_by_branch("gone") > 0
     assert reads == [(0, catalog.path.stat().st_size)]

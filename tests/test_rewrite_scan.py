@@ -97,10 +97,22 @@ LINES = st.one_of(
             b"\xef\xbb\xbf" + _entry_line(TARGET),
             b"\xff\xfe not utf-8 feature/x",
             b"{}",
+            # Escapes that stand for no character of a branch name (real text: escaped newlines
+            # and quotes) before one that does, in the same line or the next.
+            b'{"branch_name": "feature\\/x", "content": "a\\nb \\"c\\"", "created_at": "t", "memory_id": "real",'
+            b' "tags": ["x\\ny"]}',
+            b'{"tags": ["x\\ty"], "content": "c\\n", "created_at": "t", "memory_id": "tagfirst",'
+            b' "branch_name": "feature\\/x"}',
+            b'{"branch_name": null, "content": "a\\nb", "created_at": "t", "memory_id": "plain", "tags": ["x\\ny"]}',
+            # The value QUOTED (quote, backslash, newline, tab) written with two-character escapes only.
+            b'{"branch_name": "q\\"\\\\\\n\\tq", "content": "c", "created_at": "t", "memory_id": "short"}',
+            b'{"branch_name": "q\\u0022\\\\\\n\\tq", "content": "c", "created_at": "t", "memory_id": "wide"}',
+            b'{"run_id": "q\\"\\\\\\n\\tq", "content": "c\\n", "created_at": "t", "memory_id": "shortrun"}',
         ]
     ),
     st.binary(max_size=30),
 )
+QUOTED = 'q"\\\n\tq'
 
 
 @settings(max_examples=300, deadline=None)
@@ -109,7 +121,7 @@ LINES = st.one_of(
     unterminated=st.booleans(),
     block=st.sampled_from([1, 7, 64, 300, 8 * 1024 * 1024]),
     key=st.sampled_from(["branch_name", "run_id"]),
-    value=st.sampled_from([TARGET, "", "\ud800", "feature/y"]),
+    value=st.sampled_from([TARGET, "", "\ud800", "feature/y", QUOTED]),
 )
 def test_the_block_scan_drops_what_the_line_scan_drops(
     tmp_path_factory: pytest.TempPathFactory, lines: list[bytes], unterminated: bool, block: int, key: str, value: str
@@ -177,6 +189,38 @@ def test_lines_longer_than_a_reader_accepts_are_kept_unread(tmp_path: Path, monk
             assert copied == expected
     finally:
         os.close(fd)
+
+
+def _scanned(path: Path, data: bytes, key: str, value: str) -> RemovalScan:
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return scan_for_removal(fd, len(data), key=key, value=value)
+    finally:
+        os.close(fd)
+
+
+def test_lines_whose_escapes_stand_for_no_character_of_the_value_are_not_parsed(tmp_path: Path) -> None:
+    """Real text escapes newlines and quotes in nearly every line, also outside the content
+    (tags): none of those can spell a branch name, so only the line with its bytes is parsed."""
+    lines = [
+        json.dumps({"branch_name": f"b{n}", "content": f'line\n"{n}"', "tags": ["a\nb", 'say "x"']}).encode()
+        for n in range(200)
+    ]
+    lines[77] = _entry_line(TARGET, content='real\ntext "quoted"')
+    scan = _scanned(tmp_path / "memory.jsonl", b"\n".join(lines) + b"\n", "branch_name", TARGET)
+    assert [entry.memory_id for entry in scan.removed] == ['mreal\ntext "quoted"']
+    assert scan.candidates == 1
+
+
+def test_a_value_spelled_only_with_two_character_escapes_is_found(tmp_path: Path) -> None:
+    """A value holding a quote, a backslash, a newline and a tab is written with ``\\"``,
+    ``\\\\``, ``\\n`` and ``\\t``: those escapes are then looked for too, not only ``\\u``."""
+    line = json.dumps({"branch_name": QUOTED, "content": "c", "created_at": "t", "memory_id": "short"}).encode()
+    assert QUOTED.encode() not in line and b"\\u" not in line
+    data = b"\n".join([_entry_line("keep"), line, _entry_line("keep too")]) + b"\n"
+    scan = _scanned(tmp_path / "memory.jsonl", data, "branch_name", QUOTED)
+    assert [entry.memory_id for entry in scan.removed] == ["short"]
 
 
 def test_a_rewrite_copies_the_kept_lines_byte_for_byte(tmp_path: Path) -> None:

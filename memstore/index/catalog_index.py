@@ -32,7 +32,7 @@ from memstore.index.db import DatabaseFault, IndexFile
 from memstore.index.lines import Row, parsed_ranges, row_values
 from memstore.index.restrict import restriction_for
 from memstore.index.search import Hit, Planner, PlannerFactory
-from memstore.index.source import Change, PrefixDigest, SourceState, record_state
+from memstore.index.source import Change, PrefixDigest, SourceState, record_state, rewritten_prefix
 from memstore.index.sqlite_search import search_rows
 from memstore.index.sqltext import encodable
 from memstore.jsonl import decode_entry
@@ -68,6 +68,9 @@ class RewritePlan(NamedTuple):
     """The field and value the removed entries held: where the index looks for their rows first."""
     direct: bool = False
     """The new file was written around the page cache: the proof reads it the same way."""
+    renamed: os.stat_result | None = None
+    """The new file's stat right after the rename, when only the rename changed it since its last
+    write: a file still so is taken to hold ``written`` without a read-back (:func:`rewritten_prefix`)."""
 
 
 class _Ingest:
@@ -586,14 +589,10 @@ class CatalogIndex(IndexedSource):
             self._delete_rows(conn, removed)
             _shift_offsets(conn, plan.dropped, removed_at)
 
-        # The lock was released after the replace: the file must be proven to hold what the
-        # rewrite wrote (another tool may have saved it in place since).  Lines appended
-        # since are left for the next catch-up, as any append is.  The proof reads and
-        # digests the file on a second thread while SQLite deletes and shifts rows (both
-        # release the GIL); a failed proof rolls the rows back.
-        rewritten = beside(
-            functools.partial(
-                SourceState.of_file,
+        def prove() -> SourceState | None:
+            # Untouched since the rename: the rewrite's own digest, checked at samples.
+            prefix = rewritten_prefix(plan.written, fd, st, renamed=plan.renamed, resumes=state.resumes)
+            return SourceState.of_file(
                 SOURCE_NAME,
                 fd,
                 # The rename changed the file's ctime after ``after`` was taken: when nothing was
@@ -604,13 +603,18 @@ class CatalogIndex(IndexedSource):
                 rows=state.rows - len(removed),
                 corrupt=state.corrupt,
                 blank=0,
-                expected=plan.written,
+                prefix=prefix,
+                expected=plan.written if prefix is None else None,
                 chain=self.append_chain(),
                 direct=plan.direct,
-            ),
-            follow,
-            name="memstore-rewrite-proof",
-        )
+            )
+
+        # The lock was released after the replace: the file must be proven to hold what the
+        # rewrite wrote (another tool may have saved it in place since).  Lines appended
+        # since are left for the next catch-up, as any append is.  The proof reads and
+        # digests the file on a second thread while SQLite deletes and shifts rows (both
+        # release the GIL); a failed proof rolls the rows back.
+        rewritten = beside(prove, follow, name="memstore-rewrite-proof")
         if rewritten is None:
             return False
         rewritten.save(conn)

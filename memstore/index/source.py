@@ -303,6 +303,41 @@ class SourceState(NamedTuple):
         return Change.GROWN, prefix
 
 
+REWRITE_SAMPLES = 8
+"""Whole blocks of a file memstore just rewrote that are read to check the digest it computed."""
+
+
+def rewritten_prefix(
+    written: bytes, fd: int, st: os.stat_result, *, renamed: os.stat_result | None, resumes: int
+) -> PrefixDigest | None:
+    """The digest memstore's rewrite computed of the bytes it wrote, taken without reading them back.
+
+    The rule of :mod:`memstore.append_chain`, applied to a rewrite: ctime cannot be set by
+    other programs, and ``renamed`` is the new file's stat right after the rename that
+    followed its last write and fsync.  When the open file still has that device, inode,
+    size, mtime and ctime, nothing wrote to it since, so it holds the bytes the rewrite
+    digested as it wrote them.  What remains unseen is the same as for a chain: another
+    tool's same-size edit made within one timestamp tick of memstore's last write or of
+    the rename (between the stat after the fsync and the rename, or right after the
+    rename on a kernel whose ctime is coarse), and a local program forging stat values.  So
+    the digest is accepted only where ``REWRITE_SAMPLES`` of its blocks and the partial
+    block read back intact, and it counts as one of the ``FULL_PROOF_EVERY`` chained
+    catch-ups (``resumes``: those of the state the rewrite replaced): when that many are
+    due, None, and the caller reads the whole file.  ``memstore reindex --check`` finds
+    such an edit at once.
+    """
+    if renamed is None or resumes + 1 >= FULL_PROOF_EVERY:
+        return None
+    if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != (
+        renamed.st_dev, renamed.st_ino, renamed.st_size, renamed.st_mtime_ns, renamed.st_ctime_ns,
+    ):  # fmt: skip
+        return None
+    prefix = PrefixDigest.sampled(written, fd, st.st_size, samples=REWRITE_SAMPLES)
+    if prefix is not None:
+        prefix.resumes = resumes + 1
+    return prefix
+
+
 SOURCE_COLUMNS = ", ".join(SourceState._fields)
 """The columns of the ``source`` table."""
 
