@@ -46,3 +46,34 @@ def test_a_reader_holding_the_file_never_sees_the_word_index_half_migrated(tmp_p
         reader.close()
     assert seen and all(count == 40 for count in seen), seen
     assert sqlite3.connect(index_path(tmp_path)).execute("PRAGMA user_version").fetchone()[0] == 5
+
+
+def test_the_per_run_marks_memo_stays_within_the_documented_memory() -> None:
+    """MARKS_CACHED promises about 13 MB at worst per process (each parse worker holds its own):
+    a frozenset per 64-byte run of varied marks (~95 terms) took ~71 MB more for the run table."""
+    import random
+    import tracemalloc
+
+    from memstore.index import terms
+
+    marks = sorted(terms.MARK_CHARS)
+    rnd = random.Random(24)
+    varied = ["".join(rnd.choice(marks) for _ in range(terms.MARKS_KEY_BYTES)) for _ in range(terms.MARKS_CACHED)]
+    # Four marks in a cycle: 8 terms (each mark, each pair), as many as a kept run may have.
+    cycles = ["".join(rnd.sample(marks, 4)) * 16 for _ in range(terms.MARKS_CACHED)]
+    pairs = zip(varied, cycles, strict=True)
+    texts = [text[: rnd.randint(40, terms.MARKS_KEY_BYTES)] for pair in pairs for text in pair]
+    saved_runs, saved_texts = dict(terms._run_marks), dict(terms._marks_cache)
+    terms._run_marks.clear()
+    tracemalloc.start()
+    try:
+        for text in texts:
+            terms.marks_text(text)
+            terms._marks_cache.clear()  # the whole-text memo has its own bound: measure the run table
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        terms._run_marks.clear()
+        terms._run_marks.update(saved_runs)
+        terms._marks_cache.update(saved_texts)
+    assert held < 16_000_000, f"{held / 1e6:.1f} MB"
