@@ -11,8 +11,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from memstore.catalog import MemoryCatalog
 from tests.test_index_internals import _as_0004, index_path
+from tests.test_index_terms import _marks_by_regex
 
 
 def test_a_reader_holding_the_file_never_sees_the_word_index_half_migrated(tmp_path: Path) -> None:
@@ -77,3 +81,40 @@ def test_the_per_run_marks_memo_stays_within_the_documented_memory() -> None:
         terms._run_marks.update(saved_runs)
         terms._marks_cache.update(saved_texts)
     assert held < 16_000_000, f"{held / 1e6:.1f} MB"
+
+
+_RUN_ALPHABET = st.sampled_from([*"!\"#'()*+,-./:;<=>?@[\\]^_`{|}~", "a", " ", "\0", "é", "\ud800", "😀"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.lists(_RUN_ALPHABET, max_size=140).map("".join), min_size=1, max_size=12))
+def test_marks_of_texts_marked_at_once_from_many_threads_equal_the_regex_definition(texts: list[str]) -> None:
+    """The MCP server marks texts from several threads: with both memos evicting all the time
+    (three entries), runs at 63/64/65 bytes, NUL, surrogates and non-ASCII, every answer is the
+    plain definition's."""
+    import threading
+
+    from memstore.index import terms
+
+    texts = [*texts, "." * 63, "," * 64, "-" * 65, "'" + "()" * 32, "ab" + "!?" * 40]
+    expected = [_marks_by_regex(text) for text in texts]
+    wrong: list[str] = []
+    saved = terms.MARKS_CACHED
+    terms.MARKS_CACHED = 3
+    try:
+        def mark_all() -> None:
+            for _ in range(20):
+                for text, want in zip(texts, expected, strict=True):
+                    if terms.marks_text(text) != want:
+                        wrong.append(text)
+
+        threads = [threading.Thread(target=mark_all) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        terms.MARKS_CACHED = saved
+        terms._marks_cache.clear()
+        terms._run_marks.clear()
+    assert wrong == []
