@@ -18,10 +18,19 @@ from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_REVISION, SCHEMA_VER
 
 
 def _set_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # pysqlite opens a transaction only before DML, so a migration's DDL (DROP, CREATE) each
+    # committed at once: another process with the file open read a word index dropped and not
+    # yet refilled.  SQLAlchemy's own BEGIN (:func:`_begin`) makes one run one transaction.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA trusted_schema = OFF")
     cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     cursor.close()
+
+
+def _begin(connection: Any) -> None:
+    """The whole Alembic run in one write transaction: readers see the old file or the new one."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 ALEMBIC_LOCK = threading.Lock()
@@ -59,6 +68,7 @@ def _upgrade(db_path: Path) -> None:
 
     engine = create_engine(f"sqlite:///{db_path}", poolclass=NullPool)
     event.listen(engine, "connect", _set_pragmas)
+    event.listen(engine, "begin", _begin)
     try:
         config = Config()
         config.set_main_option("script_location", str(migrations_dir()))

@@ -115,6 +115,10 @@ at worst per process (every key 64 bytes of varied marks, measured), far less fo
 The marks of single runs are remembered up to the same bound, in a table of their own."""
 MARKS_KEY_BYTES = 64
 """Longer mark runs (code-heavy texts) are worked out each time, not remembered."""
+RUN_MARKS_KEPT = 8
+"""Runs with more marks than this are worked out each time: a frozenset of a varied 64-byte
+run's ~95 marks is ~4 KB, 71 MB for a full table (measured); at most 8 keep it under ~14 MB.
+The runs that recur in real texts (``.``, ``,``, ``()``, ``',``) have a handful."""
 _marks_cache: dict[bytes, str] = {}
 _run_marks: dict[bytes, frozenset[str]] = {}
 
@@ -155,7 +159,7 @@ def _marks_of_runs(runs: list[bytes]) -> str:
         marks = _run_marks.get(run)
         if marks is None:
             marks = _marks_of_run(run)
-            if len(run) <= MARKS_KEY_BYTES:
+            if len(run) <= MARKS_KEY_BYTES and len(marks) <= RUN_MARKS_KEPT:
                 if len(_run_marks) >= MARKS_CACHED:
                     _run_marks.clear()
                 _run_marks[run] = marks
