@@ -578,12 +578,14 @@ class MemoryCatalog:
 
         index = self._index.index()
         if index is None:
-            return IndexOff("unavailable" if self._index.enabled else "disabled", self._index.error)
+            if not self._index.enabled:
+                return IndexOff("disabled")
+            return IndexOff.after(self._index.failure)
         try:
             return index.source_status()
         except IndexUnavailableError as exc:
             self._index.failed(exc)
-            return IndexOff("unavailable", str(exc))
+            return IndexOff.after(exc)
 
     def maintenance_preview(self) -> MaintenancePreview:
         """What a maintenance pass would clean up, without touching anything."""

@@ -487,8 +487,10 @@ def _index_findings(root: Path, report: list[Finding]) -> None:
     name = INDEX_NAME
     if isinstance(index, IndexOff) and index.state == "unavailable":
         report.append(Finding("damaged-index", name, None, index.error or "cannot be opened"))
-    elif index.state in ("behind", "not indexed"):
+    elif index.state in ("behind", "not indexed", "old schema"):
         detail = f"index is {index.state} (reads catch it up)"
+        if index.state == "old schema":
+            detail = "index has an older schema (migrated on the next use by a handle that may write)"
         report.append(Finding("stale-index", name, None, detail, severity="info"))
 
 

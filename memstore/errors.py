@@ -53,6 +53,10 @@ class IndexUnavailableError(MemstoreError):
     """The derived index cannot be opened or refreshed; callers fall back to a scan."""
 
 
+class IndexMigrationPendingError(IndexUnavailableError):
+    """A read-only handle found the index at an older schema: healthy, and migrated by the next writable open."""
+
+
 class IndexUrlError(InvalidArgumentError):
     """An index URL (``--index-url``, ``MEMSTORE_INDEX_URL``) that memstore cannot use.
 

@@ -92,12 +92,12 @@ class FailureCardStorage:
         index = self._index.index()
         if index is None:
             if self._index.enabled:
-                return IndexOff("unavailable", self._index.error, source=str(self.path))
+                return IndexOff.after(self._index.failure, source=str(self.path))
             return IndexOff("disabled", source=str(self.path))
         try:
             return index.source_status()
         except IndexUnavailableError as exc:
-            return IndexOff("unavailable", str(exc), source=str(self.path))
+            return IndexOff.after(exc, source=str(self.path))
 
     def _indexed(self, query: Callable[[CardReads], T]) -> T | None:
         """Answer from the shared index, else the local one; None (scan instead) when neither can be used."""

@@ -58,7 +58,7 @@ class IndexPolicy(Generic[IndexT]):
         self._fallback = fallback
         self._retry_seconds = retry_seconds
         self._index: IndexT | None = None
-        self._error: str | None = None
+        self._failure: IndexUnavailableError | None = None
         self._failed_at = 0.0
 
     @property
@@ -69,16 +69,21 @@ class IndexPolicy(Generic[IndexT]):
     @property
     def error(self) -> str | None:
         """Why the index failed, while the store is still answering from scans because of it."""
-        return self._error
+        return None if self._failure is None else str(self._failure)
+
+    @property
+    def failure(self) -> IndexUnavailableError | None:
+        """The failure itself (its type tells an old schema awaiting migration from damage)."""
+        return self._failure
 
     def index(self) -> IndexT | None:
         """The index to ask now, or None: disabled, or backing off after a failure."""
         if self._open_index is None:
             return None
-        if self._error is not None:
+        if self._failure is not None:
             if clock() - self._failed_at < self._retry_seconds:
                 return None
-            self._error = None  # try again: a damaged or missing index heals itself
+            self._failure = None  # try again: a damaged or missing index heals itself
         if self._index is None:
             self._index = self._open_index()
         return self._index
@@ -89,7 +94,7 @@ class IndexPolicy(Generic[IndexT]):
             log.info("memstore index busy for %s, answering this call from %s: %s", self._source, self._fallback, exc)
             return
         log.warning("memstore index unavailable for %s, answering from %s: %s", self._source, self._fallback, exc)
-        self._error = str(exc)
+        self._failure = exc
         self._failed_at = clock()
 
     def ask(self, query: Callable[[IndexT], T]) -> T | None:

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memstore.errors import IndexUnavailableError, LockError, MemstoreError
+from memstore.errors import IndexMigrationPendingError, IndexUnavailableError, LockError, MemstoreError
 from memstore.files import DEFAULT_FILE_MODE, PRIVATE_FILE_MODE, FileLock, ensure_dir, fsync_dir
 from memstore.index.schema_sql import CREATE_STATEMENTS
 from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_REVISION, SCHEMA_VERSION
@@ -470,7 +470,7 @@ class IndexFile:
 
     def _migrate(self, expected: Generation) -> None:
         if self.readonly:
-            raise IndexUnavailableError("readonly catalog: the index schema is old and is not migrated")
+            raise IndexMigrationPendingError("readonly catalog: the index schema is old and is not migrated")
         from memstore.index.migrate import upgrade_to_head
 
         with self._building(replacing=False):

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memstore.errors import IndexMigrationPendingError, IndexUnavailableError
+
 Progress = Callable[[int, int], None]
 """``progress(done_bytes, total_bytes)``, called while a source is being indexed."""
 
@@ -76,7 +78,8 @@ class SourceStatus:
 
 @dataclass(frozen=True)
 class IndexOff:
-    """The state of an index a store does not ask: 'disabled' (opened without one) or 'unavailable'.
+    """The state of an index a store does not ask: 'disabled' (opened without one), 'unavailable',
+    or 'old schema' (a read-only handle found a healthy index that the next writable open migrates).
 
     The catalog's report names no ``source`` (its health report names the file) and
     always says ``error``, None included; a source row of the failure cards names its
@@ -94,6 +97,12 @@ class IndexOff:
         if self.error is not None:
             document["error"] = self.error
         return document
+
+    @classmethod
+    def after(cls, failure: IndexUnavailableError | None, *, source: str | None = None) -> IndexOff:
+        """The state an index failure leaves: an old schema awaiting its migration is not damage."""
+        state = "old schema" if isinstance(failure, IndexMigrationPendingError) else "unavailable"
+        return cls(state, None if failure is None else str(failure), source)
 
 
 IndexState = SourceStatus | IndexOff
