@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 TERM_CHAR = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]"
 """A term character: anything but an ASCII separator, i.e. ``[0-9A-Za-z\u0080-\U0010ffff]``.
@@ -119,6 +119,7 @@ RUN_MARKS_KEPT = 8
 """Runs with more marks than this are worked out each time: a frozenset of a varied 64-byte
 run's ~95 marks is ~4 KB, 71 MB for a full table (measured); at most 8 keep it under ~14 MB.
 The runs that recur in real texts (``.``, ``,``, ``()``, ``',``) have a handful."""
+_Kept = TypeVar("_Kept")
 _marks_cache: dict[bytes, str] = {}
 _run_marks: dict[bytes, frozenset[str]] = {}
 
@@ -141,9 +142,7 @@ def marks_text(text: str) -> str:
     if found is None:
         found = _marks_of_runs(runs)
         if len(key) <= MARKS_KEY_BYTES:
-            if len(_marks_cache) >= MARKS_CACHED:
-                _marks_cache.clear()
-            _marks_cache[key] = found
+            _remember(_marks_cache, key, found)
     return found
 
 
@@ -160,11 +159,16 @@ def _marks_of_runs(runs: list[bytes]) -> str:
         if marks is None:
             marks = _marks_of_run(run)
             if len(run) <= MARKS_KEY_BYTES and len(marks) <= RUN_MARKS_KEPT:
-                if len(_run_marks) >= MARKS_CACHED:
-                    _run_marks.clear()
-                _run_marks[run] = marks
+                _remember(_run_marks, run, marks)
         found |= marks
     return " ".join(sorted(found))
+
+
+def _remember(memo: dict[bytes, _Kept], key: bytes, value: _Kept) -> None:
+    """Keep ``value`` under ``key``, starting the memo over once it holds MARKS_CACHED entries."""
+    if len(memo) >= MARKS_CACHED:
+        memo.clear()
+    memo[key] = value
 
 
 def _marks_of_run(run: bytes) -> frozenset[str]:
