@@ -201,15 +201,18 @@ class GroupCommit:
                 data = b"\n" + data
             chain, seen = self._check_record(sync_fd, fd, st, size)
             try:
+                # Stat again just before the write: the chain's "before" must be the file as the
+                # write found it.  The first stat is older by the torn-tail check and the record's
+                # read, which may wait on the sync lock: another tool's edit meanwhile would hide
+                # inside a chain that starts from it.
+                before: os.stat_result | None = os.fstat(fd)
                 write_all(fd, data)
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     self._truncate(sync_fd, fd, st, size)
                 raise storage_error("append to", self.path, exc) from exc
-            # The chain's "before" is the stat above: between it and the write lie only two
-            # preads (microseconds), far inside the timestamp tick the chain already cannot see
-            # through (see :mod:`memstore.append_chain`); a stat of its own cost one more call.
-            before = st if size == st.st_size else None  # None: cut by memstore first
+            if size != st.st_size:
+                before = None  # cut by memstore first: the chain restarts after this append
             self._extend_chain(sync_fd, fd, chain, before, end=size + len(data))
             pending = PendingAppend(self, held, st.st_dev, st.st_ino, size, size + len(data), seen)
         except BaseException:
