@@ -76,7 +76,6 @@ from memstore.files import (
     open_for_append,
     open_own_file,
     open_regular,
-    process_id,
     storage_error,
     torn_tail_start,
     unhide_from_children,
@@ -445,7 +444,7 @@ class _Descriptors:
     def __init__(self, fd: int, sync_fd: int) -> None:
         self.fd = fd
         self.sync_fd = sync_fd
-        self.pid = process_id()
+        self.pid = os.getpid()
         try:
             st, ss = os.fstat(fd), os.fstat(sync_fd)
         except OSError:
@@ -455,7 +454,7 @@ class _Descriptors:
 
     def still_names(self, path: str, sync_path: str) -> bool:
         """Both names still lead to these files (regular, the lock unlinked elsewhere), in this process."""
-        if self.pid != process_id() or self.fd < 0:
+        if self.pid != os.getpid() or self.fd < 0:
             return False
         try:
             st, ss = os.lstat(path), os.lstat(sync_path)

@@ -6,6 +6,7 @@ code before its fix.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import time
@@ -17,6 +18,9 @@ import pytest
 import memstore.group_commit
 from memstore.append_chain import CHAIN_BYTES, CHAIN_OFFSET
 from memstore.catalog import MemoryCatalog
+from memstore.errors import LockError
+from memstore.files import FileLock
+from memstore.group_commit import GroupCommit
 from memstore.index.source import BODY_SAMPLES, FINGERPRINT_BYTES
 
 TICK = 0.03
@@ -85,3 +89,89 @@ def test_a_same_size_edit_made_while_an_add_reads_the_sync_record_is_found(
     assert stand_in.edits == 1
     other = MemoryCatalog(tmp_path)
     assert _ids(other, "zucchini") == _scan_ids(tmp_path, "zucchini") != []
+
+
+# ---------------------------------------------------------------- a fork that runs no Python hooks
+
+
+def _raw_fork() -> int:
+    """fork(2) straight from libc, as a C extension may: Python's at-fork hooks do not run."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pid = int(libc.fork())
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork")
+    return pid
+
+
+def test_a_child_forked_without_pythons_hooks_does_not_share_the_parents_writer_lock(tmp_path: Path) -> None:
+    """The parent holds the lock through its kept descriptor; the child must wait for it, not enter too.
+
+    The child's copy of that descriptor shares the parent's open file description, on which
+    a second flock succeeds at once.  The pid a lock or descriptor was opened in must be the
+    real one (``os.getpid``), not one a hook that did not run would have refreshed.
+    """
+    lock = FileLock(tmp_path / "memory.lock", keep_open=True)
+    lock.acquire()
+    lock.release()  # the descriptor is kept for this thread's next acquisition
+    go_read, go_write = os.pipe()
+    answer_read, answer_write = os.pipe()
+    pid = _raw_fork()
+    if pid == 0:  # the child: only os calls and the lock under test, then _exit
+        code = 0
+        try:
+            os.read(go_read, 1)
+            try:
+                lock.acquire(wait=0.3)
+            except LockError:
+                os.write(answer_write, b"waited")
+            else:
+                os.write(answer_write, b"entered")
+        except BaseException:
+            code = 1
+        os._exit(code)
+    try:
+        lock.acquire()  # through the kept descriptor
+        try:
+            os.write(go_write, b"x")
+            answer = os.read(answer_read, 16)
+        finally:
+            lock.release()
+    finally:
+        _, status = os.waitpid(pid, 0)
+        for fd in (go_read, go_write, answer_read, answer_write):
+            os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert answer == b"waited"
+
+
+def test_a_child_forked_without_pythons_hooks_opens_its_own_append_descriptors(tmp_path: Path) -> None:
+    """The parent's kept descriptors share their file description, and with it fsync's error cursor."""
+    path = tmp_path / "memory.jsonl"
+    path.write_bytes(b'{"seed": 1}\n')
+    group, lock = GroupCommit(path), FileLock(tmp_path / "memory.lock")
+    with lock:
+        pending = group.append(b'{"n": 1}\n')
+    parent_fd = pending.fd
+    assert parent_fd >= 0
+    pending.commit()  # its descriptors are kept for the next append
+    answer_read, answer_write = os.pipe()
+    pid = _raw_fork()
+    if pid == 0:
+        code = 0
+        try:
+            with lock:
+                child = group.append(b'{"n": 2}\n')
+            os.write(answer_write, b"shared" if child.fd == parent_fd else b"own")
+            child.commit()
+        except BaseException:
+            code = 1
+        os._exit(code)
+    try:
+        answer = os.read(answer_read, 16)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(answer_read)
+        os.close(answer_write)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert answer == b"own"
+    assert path.read_bytes() == b'{"seed": 1}\n{"n": 1}\n{"n": 2}\n'
