@@ -286,7 +286,7 @@ class GroupCommit:
             return st.st_size, None
         aside = keep_torn_tail(self.path, fd, start, st.st_size)
         try:
-            self._truncate(sync_fd, fd, st, start)
+            self._truncate(sync_fd, fd, st, start, unless_changed_since=st)
         except OSError as exc:
             raise storage_error("truncate the torn last line of", self.path, exc) from exc
         log.warning("set aside a torn last line of %s in %s", self.path, aside)
@@ -320,13 +320,27 @@ class GroupCommit:
                 raise storage_error("update the sync record", self.sync_path, exc) from exc
         return chain, record.pack()
 
-    def _truncate(self, sync_fd: int, fd: int, st: os.stat_result, size: int) -> None:
+    def _truncate(
+        self,
+        sync_fd: int,
+        fd: int,
+        st: os.stat_result,
+        size: int,
+        *,
+        unless_changed_since: os.stat_result | None = None,
+    ) -> None:
         """Cut the file back to ``size`` under the sync lock, lowering the record with it.
 
         A writer records a claim under the lock; lowered under it too, no claim on the cut
-        bytes can land after the cut, where new lines will take their offsets.
+        bytes can land after the cut, where new lines will take their offsets.  With
+        ``unless_changed_since``, a file another tool changed since that stat is not cut:
+        it may have appended past the bytes the caller copied aside.
         """
         with _Locked(sync_fd, self.sync_path):
+            if unless_changed_since is not None:
+                now = os.fstat(fd)
+                if (now.st_size, now.st_ctime_ns) != (unless_changed_since.st_size, unless_changed_since.st_ctime_ns):
+                    raise OSError(errno.EAGAIN, "changed by another program while its torn last line was set aside")
             record = SyncRecord.read(sync_fd) or SyncRecord()
             record.cut(st.st_dev, st.st_ino, size)
             try:

@@ -18,7 +18,7 @@ import pytest
 import memstore.group_commit
 from memstore.append_chain import CHAIN_BYTES, CHAIN_OFFSET
 from memstore.catalog import MemoryCatalog
-from memstore.errors import LockError
+from memstore.errors import LockError, StorageError
 from memstore.files import FileLock
 from memstore.group_commit import GroupCommit
 from memstore.index.source import BODY_SAMPLES, FINGERPRINT_BYTES
@@ -175,3 +175,37 @@ def test_a_child_forked_without_pythons_hooks_opens_its_own_append_descriptors(t
     assert os.waitstatus_to_exitcode(status) == 0
     assert answer == b"own"
     assert path.read_bytes() == b'{"seed": 1}\n{"n": 1}\n{"n": 2}\n'
+
+
+# ---------------------------------------------------------------- a torn tail set aside while another tool appends
+
+
+def test_a_line_another_tool_appends_while_a_torn_tail_is_set_aside_is_never_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cut may take only the bytes copied aside; copying them aside fsyncs a file (milliseconds).
+
+    Another tool appending meanwhile (a newline first, as memstore does after an unterminated
+    line) wrote a whole entry past the copied bytes: the add fails, typed, and the entry stays.
+    """
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add("a note before the crash")
+    with open(catalog.path, "ab") as handle:
+        handle.write(b'{"memory_id": "torn", "cont')  # a writer killed mid-append
+    foreign = (json.dumps(_entry(903, "squash from another tool")) + "\n").encode()
+    real_keep = memstore.group_commit.keep_torn_tail
+
+    def keep_while_another_tool_appends(path: Path, fd: int, start: int, size: int) -> Path:
+        aside = real_keep(path, fd, start, size)
+        with open(path, "ab") as handle:
+            handle.write(b"\n" + foreign)
+        return aside
+
+    monkeypatch.setattr(memstore.group_commit, "keep_torn_tail", keep_while_another_tool_appends)
+    with pytest.raises(StorageError):
+        catalog.add("an add that finds the torn tail")
+    monkeypatch.undo()
+    assert catalog.path.read_bytes().endswith(b"\n" + foreign)
+    assert _scan_ids(tmp_path, "squash") == ["m000903"]
+    catalog.add("the next add works")
+    assert _ids(MemoryCatalog(tmp_path), "squash") == ["m000903"]
