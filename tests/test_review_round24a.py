@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from memstore.index.source import BODY_SAMPLES, FINGERPRINT_BYTES
 
 TICK = 0.03
 """Longer than a file timestamp tick (jiffy-grained on Linux), so ctimes differ."""
+CHILD_SECONDS = 60.0
+"""How long a raw-forked child may take to answer before it is taken for stuck."""
 
 
 def _entry(n: int, content: str) -> dict[str, object]:
@@ -103,6 +107,15 @@ def _raw_fork() -> int:
     return pid
 
 
+def _answer(pid: int, fd: int) -> bytes:
+    """The child's one answer; a child stuck after the raw fork (a lock another thread held) is killed."""
+    ready, _, _ = select.select([fd], [], [], CHILD_SECONDS)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+        return b"no answer"
+    return os.read(fd, 16)
+
+
 def test_a_child_forked_without_pythons_hooks_does_not_share_the_parents_writer_lock(tmp_path: Path) -> None:
     """The parent holds the lock through its kept descriptor; the child must wait for it, not enter too.
 
@@ -133,7 +146,7 @@ def test_a_child_forked_without_pythons_hooks_does_not_share_the_parents_writer_
         lock.acquire()  # through the kept descriptor
         try:
             os.write(go_write, b"x")
-            answer = os.read(answer_read, 16)
+            answer = _answer(pid, answer_read)
         finally:
             lock.release()
     finally:
@@ -167,7 +180,7 @@ def test_a_child_forked_without_pythons_hooks_opens_its_own_append_descriptors(t
             code = 1
         os._exit(code)
     try:
-        answer = os.read(answer_read, 16)
+        answer = _answer(pid, answer_read)
     finally:
         _, status = os.waitpid(pid, 0)
         os.close(answer_read)
