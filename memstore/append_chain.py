@@ -14,10 +14,9 @@ ctime cannot be set by other programs: every write, truncation or attribute chan
 moves it.  So when the file now is the chain's end, and the state the index recorded
 is the chain's start or was its end when recorded (the index keeps the nonce), every
 change between them was one of memstore's appends.  The writer stats the file right
-before its write (only the torn-tail check's and the record's two preads lie between)
-and right after it, and a file longer than its append made it restarts the chain.
-What remains unseen: another tool's same-size edit made in that window (microseconds),
-or within one timestamp tick of it, and a chain forged by a local program
+before and right after its write, and a file longer than its append made it restarts
+the chain.  What remains unseen: another tool's same-size edit made during the write
+itself, or within one timestamp tick of it, and a chain forged by a local program
 (which could as well forge the index).  So a chain is accepted only with the sampled
 fingerprints intact, and every ``FULL_PROOF_EVERY`` chained catch-ups the whole prefix
 is proven again (see :mod:`memstore.index.source`); ``memstore reindex --check`` finds

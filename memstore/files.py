@@ -181,7 +181,7 @@ class FileLock:
         kept: _KeptDescriptor | None = getattr(local, "kept", None)
         if kept is not None:
             local.kept = None
-            if kept.pid == process_id():
+            if kept.pid == os.getpid():
                 fd = kept.take()
                 # Hidden while this thread waits too: a child forked meanwhile would share the lock taken next.
                 hide_from_children(fd)
@@ -203,7 +203,7 @@ class FileLock:
         hide_from_children(fd)
         self._lock(fd, wait)
         local.fd = fd
-        local.pid = process_id()
+        local.pid = os.getpid()
         local.key = None
 
     def _names(self, key: tuple[int, int] | None) -> bool:
@@ -245,7 +245,7 @@ class FileLock:
         if fd is None:
             return
         local.fd = None
-        if local.pid != process_id():
+        if local.pid != os.getpid():
             # A forked child shares the open file description: closing ours is fine,
             # unlocking it would release the parent's lock.
             os.close(fd)
@@ -296,27 +296,13 @@ class _KeptDescriptor:
         # Closing never unlocks a description another descriptor (a forked parent's) still has.
         fd, self.fd = self.fd, -1
         # Not contextlib.suppress, and all of it inside: at interpreter exit this module's
-        # globals (the pid function, the set) may already be gone.
+        # globals (os, the set) may already be gone.
         try:
-            if fd >= 0 and self.pid == process_id():  # a forked child closed its copy when it forked
+            if fd >= 0 and self.pid == os.getpid():  # a forked child closed its copy when it forked
                 _KEPT_FDS.discard(fd)
                 os.close(fd)
         except Exception:
             pass
-
-
-_PID = os.getpid()
-"""This process's id, refreshed in every child forked through Python (see :func:`process_id`)."""
-
-
-def process_id() -> int:
-    """``os.getpid()`` without its system call: a lock or descriptor checks it on every add.
-
-    Refreshed by the same after-fork hook that drops the parent's lock descriptors in the
-    child: a child forked without running Python's fork hooks would keep those too, so
-    this adds no assumption to the ones the fork handling already makes.
-    """
-    return _PID
 
 
 _KEPT_FDS: set[int] = set()
@@ -347,8 +333,6 @@ def _close_kept_in_child() -> None:
     A kept descriptor is closed (its owner closes it only in the process that kept it).
     A hidden one is pointed at /dev/null: a parent locks that very description again.
     """
-    global _PID
-    _PID = os.getpid()
     for fd in list(_KEPT_FDS):
         with contextlib.suppress(OSError):
             os.close(fd)

@@ -76,7 +76,6 @@ from memstore.files import (
     open_for_append,
     open_own_file,
     open_regular,
-    process_id,
     storage_error,
     torn_tail_start,
     unhide_from_children,
@@ -201,15 +200,18 @@ class GroupCommit:
                 data = b"\n" + data
             chain, seen = self._check_record(sync_fd, fd, st, size)
             try:
+                # Stat again just before the write: the chain's "before" must be the file as the
+                # write found it.  The first stat is older by the torn-tail check and the record's
+                # read, which may wait on the sync lock: another tool's edit meanwhile would hide
+                # inside a chain that starts from it.
+                before: os.stat_result | None = os.fstat(fd)
                 write_all(fd, data)
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     self._truncate(sync_fd, fd, st, size)
                 raise storage_error("append to", self.path, exc) from exc
-            # The chain's "before" is the stat above: between it and the write lie only two
-            # preads (microseconds), far inside the timestamp tick the chain already cannot see
-            # through (see :mod:`memstore.append_chain`); a stat of its own cost one more call.
-            before = st if size == st.st_size else None  # None: cut by memstore first
+            if size != st.st_size:
+                before = None  # cut by memstore first: the chain restarts after this append
             self._extend_chain(sync_fd, fd, chain, before, end=size + len(data))
             pending = PendingAppend(self, held, st.st_dev, st.st_ino, size, size + len(data), seen)
         except BaseException:
@@ -284,7 +286,7 @@ class GroupCommit:
             return st.st_size, None
         aside = keep_torn_tail(self.path, fd, start, st.st_size)
         try:
-            self._truncate(sync_fd, fd, st, start)
+            self._truncate(sync_fd, fd, st, start, unless_changed_since=st)
         except OSError as exc:
             raise storage_error("truncate the torn last line of", self.path, exc) from exc
         log.warning("set aside a torn last line of %s in %s", self.path, aside)
@@ -318,13 +320,27 @@ class GroupCommit:
                 raise storage_error("update the sync record", self.sync_path, exc) from exc
         return chain, record.pack()
 
-    def _truncate(self, sync_fd: int, fd: int, st: os.stat_result, size: int) -> None:
+    def _truncate(
+        self,
+        sync_fd: int,
+        fd: int,
+        st: os.stat_result,
+        size: int,
+        *,
+        unless_changed_since: os.stat_result | None = None,
+    ) -> None:
         """Cut the file back to ``size`` under the sync lock, lowering the record with it.
 
         A writer records a claim under the lock; lowered under it too, no claim on the cut
-        bytes can land after the cut, where new lines will take their offsets.
+        bytes can land after the cut, where new lines will take their offsets.  With
+        ``unless_changed_since``, a file another tool changed since that stat is not cut:
+        it may have appended past the bytes the caller copied aside.
         """
         with _Locked(sync_fd, self.sync_path):
+            if unless_changed_since is not None:
+                now = os.fstat(fd)
+                if (now.st_size, now.st_ctime_ns) != (unless_changed_since.st_size, unless_changed_since.st_ctime_ns):
+                    raise OSError(errno.EAGAIN, "changed by another program while its torn last line was set aside")
             record = SyncRecord.read(sync_fd) or SyncRecord()
             record.cut(st.st_dev, st.st_ino, size)
             try:
@@ -442,7 +458,7 @@ class _Descriptors:
     def __init__(self, fd: int, sync_fd: int) -> None:
         self.fd = fd
         self.sync_fd = sync_fd
-        self.pid = process_id()
+        self.pid = os.getpid()
         try:
             st, ss = os.fstat(fd), os.fstat(sync_fd)
         except OSError:
@@ -452,7 +468,7 @@ class _Descriptors:
 
     def still_names(self, path: str, sync_path: str) -> bool:
         """Both names still lead to these files (regular, the lock unlinked elsewhere), in this process."""
-        if self.pid != process_id() or self.fd < 0:
+        if self.pid != os.getpid() or self.fd < 0:
             return False
         try:
             st, ss = os.lstat(path), os.lstat(sync_path)

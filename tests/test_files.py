@@ -479,18 +479,6 @@ def test_oversized_line_is_read_in_bounded_memory(tmp_path: Path, monkeypatch: p
     assert peak < 256 * 1024  # far below the 8 MiB line
 
 
-def test_process_id_is_the_childs_own_after_a_fork() -> None:
-    """Locks and kept descriptors compare it on every add instead of calling getpid: a child must see its own."""
-    parent = files.process_id()
-    assert parent == os.getpid()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through its exit status
-        os._exit(0 if files.process_id() == os.getpid() != parent else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert files.process_id() == parent
-
-
 def test_a_lock_kept_open_until_interpreter_exit_closes_quietly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -509,7 +497,7 @@ def test_a_lock_kept_open_until_interpreter_exit_closes_quietly(
     raised: list[object] = []
     monkeypatch.setattr(sys, "unraisablehook", raised.append)
     with monkeypatch.context() as torn_down:
-        for name in ("os", "process_id", "_KEPT_FDS"):
+        for name in ("os", "_KEPT_FDS"):
             torn_down.setattr(files, name, None)
         del lock, kept
         gc.collect()
