@@ -1,0 +1,108 @@
+"""Review round 24b: the removal scan's escape filter and the rewrite follow-up's shortcut, attacked."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memstore.files import iter_raw_lines
+from memstore.jsonl import decode_entry, is_blank
+from memstore.rewrite_scan import scan_for_removal
+
+_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+@st.composite
+def _spelled(draw: st.DrawFn, text: str) -> str:
+    """``text`` as a JSON string body, each character written any legal way."""
+    out = []
+    for char in text:
+        code = ord(char)
+        ways = []
+        if char not in '"\\' and code >= 0x20 and not 0xD800 <= code <= 0xDFFF:
+            ways.append(char)
+        if char in _SHORT:
+            ways.append(_SHORT[char])
+        if code < 0x10000:
+            ways += [f"\\u{code:04x}", f"\\u{code:04X}"]
+        else:
+            high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+            ways += [f"\\u{high:04x}\\u{low:04x}", f"\\u{high:04X}\\u{low:04X}"]
+        out.append(draw(st.sampled_from(ways)))
+    return '"' + "".join(out) + '"'
+
+
+VALUES = st.one_of(
+    st.sampled_from(["feature/x", "", "\ud800", 'q"\\\n\tq', "a\u00e9\U0001f600/\x01", "x" * 300]),
+    st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=12),
+    st.text(alphabet='ab/"\\\n\t\b\f\r\x00\x1f\u00e9\u2028\ud800\udc00\U0001f600', max_size=8),
+)
+
+
+@st.composite
+def _line(draw: st.DrawFn, key: str, value: str) -> bytes:
+    """A line that may hold ``value`` under ``key`` (or elsewhere), encoded any legal way."""
+    holds = draw(st.sampled_from(["key", "other", "nested", "dup-last", "dup-first", "none"]))
+    other = draw(st.sampled_from(["zz", value + "z", value[:-1] if value else "y"]))
+    content = draw(st.sampled_from(["note", 'a\nb "c" \\', "caf\u00e9 \\/", value]))
+    fields: list[tuple[str, str]] = [
+        ("memory_id", draw(_spelled("m1"))),
+        ("content", draw(_spelled(content or "c"))),
+        ("created_at", '"2026"'),
+        ("tags", "[" + draw(_spelled(draw(st.sampled_from(["t", "a\nb", value])))) + "]"),
+    ]
+    mine = draw(_spelled(value))
+    if holds == "key":
+        fields.append((key, mine))
+    elif holds == "other":
+        fields.append(("branch_name" if key == "run_id" else "run_id", mine))
+        fields.append((key, draw(_spelled(other))))
+    elif holds == "nested":
+        fields.append(("metadata", "{" + draw(_spelled(key)) + ": " + mine + "}"))
+    elif holds == "dup-last":
+        fields += [(key, draw(_spelled(other))), (key, mine)]
+    elif holds == "dup-first":
+        fields += [(key, mine), (key, draw(_spelled(other)))]
+    order = draw(st.permutations(range(len(fields))))
+    sep = draw(st.sampled_from([", ", ","]))
+    colon = draw(st.sampled_from([": ", ":"]))
+    body = sep.join(draw(_spelled(fields[i][0])) + colon + fields[i][1] for i in order)
+    return ("{" + body + "}").encode("utf-8")
+
+
+def _reference(fd: int, size: int, key: str, value: str) -> list[int]:
+    starts = []
+    for raw in iter_raw_lines(fd, stop=size):
+        if raw.data is None or is_blank(raw.data):
+            continue
+        entry = decode_entry(raw.data)
+        if entry is not None and getattr(entry, key) == value:
+            starts.append(raw.start)
+    return starts
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    data=st.data(),
+    key=st.sampled_from(["branch_name", "run_id"]),
+    value=VALUES,
+    block=st.sampled_from([5, 64, 1 << 20]),
+)
+def test_the_escape_filter_finds_every_spelling_of_the_value(
+    tmp_path: Path, data: st.DataObject, key: str, value: str, block: int
+) -> None:
+    lines = data.draw(st.lists(_line(key, value), min_size=1, max_size=6))
+    raw = b"\n".join(lines) + b"\n"
+    path = tmp_path / "memory.jsonl"
+    path.write_bytes(raw)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        scan = scan_for_removal(fd, len(raw), key=key, value=value, block=block)
+        assert sorted(scan.removed_starts) == _reference(fd, len(raw), key, value)
+    finally:
+        os.close(fd)
