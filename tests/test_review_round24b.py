@@ -148,7 +148,6 @@ def _answers_as_a_scan(root: Path) -> None:
     assert fresh.check_index().equal
 
 
-@pytest.mark.xfail(strict=True, reason="review: an edit of the temp file before the fsync stat is vouched for")
 def test_an_edit_of_the_new_file_before_its_rename_is_not_vouched_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
