@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,4 +168,32 @@ def test_an_edit_of_the_new_file_before_its_rename_is_not_vouched_for(
     assert catalog.delete_by_branch("gone") == len(range(7, 10_000, 7))
     monkeypatch.undo()
     assert b"note 701 wordZ" in catalog.path.read_bytes()
+    _answers_as_a_scan(tmp_path)
+
+
+_KILLED_AFTER_RENAME = """
+import os, sys
+from pathlib import Path
+from memstore.catalog import MemoryCatalog
+from memstore.index.catalog_index import CatalogIndex
+
+def apply_rewrite(index, plan, after):
+    os._exit(9)  # killed between the rename and the index's follow-up
+
+CatalogIndex.apply_rewrite = apply_rewrite
+MemoryCatalog(Path(sys.argv[1])).delete_by_branch("gone")
+"""
+
+
+def test_a_process_killed_before_the_follow_up_leaves_the_next_one_to_read(tmp_path: Path) -> None:
+    """The rewrite's stat and digest live only in the killed process: the next process, after a
+    same-size edit with mtime restored where no sample would look, answers what a scan answers."""
+    catalog = _seed(tmp_path, 10_000)
+    done = subprocess.run([sys.executable, "-c", _KILLED_AFTER_RENAME, str(tmp_path)], check=False, timeout=300)
+    assert done.returncode == 9
+    st = catalog.path.stat()
+    _unsampled_edit(catalog.path)
+    os.utime(catalog.path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    assert not scan.list(limit=10, branch_name="gone")
     _answers_as_a_scan(tmp_path)
