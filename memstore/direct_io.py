@@ -86,10 +86,14 @@ class DirectWriter:
                         self.write([view[pos:], *parts[index + 1 :]])
                         return
 
-    def finish(self) -> None:
-        """Write out what is staged and go on with ordinary writes (before an fsync, or a discard)."""
+    def finish(self) -> bool:
+        """Write out what is staged and go on with ordinary writes (before an fsync, or a discard).
+
+        True when bytes were written (the file's times moved).
+        """
         if self._buffer is None:
-            return
+            return False
+        staged = self._filled > 0
         whole = self._filled - self._filled % ALIGN
         if whole:
             self._write_staged(whole)
@@ -99,6 +103,7 @@ class DirectWriter:
             from memstore.files import write_all
 
             write_all(self._fd, rest)
+        return staged
 
     def close(self) -> None:
         """Free the buffer (the file itself is the caller's)."""

@@ -559,6 +559,12 @@ class Replacement:
         if mode is None:
             mode = DEFAULT_FILE_MODE if current is None else current.st_mode & 0o777
         self.temp, self.fd = self._create(mode)
+        try:
+            self._wrote = os.fstat(self.fd)
+        except OSError as exc:
+            self.discard()
+            raise storage_error("stat", self.temp, exc) from exc
+        """The temp file's stat right after memstore last wrote to it (created it, at first)."""
         self._direct: DirectWriter | None = None
         self.direct_bytes = 0
         """Bytes that went to the disk around the page cache (a reader of the new file may read them so too)."""
@@ -592,13 +598,13 @@ class Replacement:
         if self._direct is not None:
             self.write_parts([memoryview(data)])
             return
-        self._do(lambda: write_all(self.fd, data))
+        self._do(lambda: self._wrote_after(write_all, self.fd, data) if data else None)
         if self.hasher is not None:
             self.hasher.update(data)
 
     def write_parts(self, parts: Sequence[memoryview]) -> None:
         """Write the parts in order, in few system calls (the kept runs of a block a scan read)."""
-        self._do(lambda: self._put(parts))
+        self._do(lambda: self._put(parts) if any(parts) else None)
         if self.hasher is not None:
             for part in parts:
                 self.hasher.update(part)
@@ -612,13 +618,19 @@ class Replacement:
 
     def _put(self, parts: Sequence[memoryview]) -> None:
         if self._direct is not None:
-            self._direct.write(parts)
+            self._direct.write(parts)  # staged bytes move the times again when written: see _fsync
         else:
             writev_all(self.fd, parts)
+        self._wrote = os.fstat(self.fd)
+
+    def _wrote_after(self, step: Callable[..., object], *args: object) -> None:
+        step(*args)
+        self._wrote = os.fstat(self.fd)
 
     def _fsync(self) -> None:
         if self._direct is not None:
-            self._direct.finish()  # what follows is short: written through the page cache
+            if self._direct.finish():  # what follows is short: written through the page cache
+                self._wrote = os.fstat(self.fd)
             self.direct_bytes = self._direct.direct_bytes
             self._direct = None
         os.fsync(self.fd)
@@ -626,7 +638,9 @@ class Replacement:
     def commit(self) -> os.stat_result:
         """fsync, rename over ``path``, fsync the folder; the stat of the new file after its last write.
 
-        :attr:`renamed` is its stat after the rename (which moves its ctime on Linux).
+        :attr:`renamed` is its stat after the rename (which moves its ctime on Linux), left
+        None when the temp file's size, mtime or ctime moved after memstore's last write to
+        it: something else wrote to it, and only a read can tell what it holds.
         """
 
         def swap() -> os.stat_result:
@@ -636,8 +650,12 @@ class Replacement:
             return written
 
         written = self._do(swap)
-        with contextlib.suppress(OSError):  # the file is in place: only the index's shortcut needs this stat
-            self.renamed = os.fstat(self.fd)
+        wrote = self._wrote
+        if (wrote.st_size, wrote.st_mtime_ns, wrote.st_ctime_ns) == (
+            written.st_size, written.st_mtime_ns, written.st_ctime_ns,
+        ):  # fmt: skip
+            with contextlib.suppress(OSError):  # the file is in place: only the index's shortcut needs this stat
+                self.renamed = os.fstat(self.fd)
         self._close()
         try:
             fsync_dir(self.path.parent)

@@ -318,8 +318,11 @@ def rewritten_prefix(
     size, mtime and ctime, nothing wrote to it since, so it holds the bytes the rewrite
     digested as it wrote them.  What remains unseen is the same as for a chain: another
     tool's same-size edit made within one timestamp tick of memstore's last write or of
-    the rename (between the stat after the fsync and the rename, or right after the
-    rename on a kernel whose ctime is coarse), and a local program forging stat values.  So
+    the rename (between the stat after the fsync and the one after the rename, or right
+    after the rename on a file system whose ctime is coarse), one written into the temp
+    file between two of memstore's own writes to it (one after its last write refuses
+    ``renamed``: :meth:`memstore.files.Replacement.commit`), and a local program forging
+    stat values.  So
     the digest is accepted only where ``REWRITE_SAMPLES`` of its blocks and the partial
     block read back intact, and it counts as one of the ``FULL_PROOF_EVERY`` chained
     catch-ups (``resumes``: those of the state the rewrite replaced): when that many are
