@@ -640,7 +640,8 @@ class Replacement:
 
         :attr:`renamed` is its stat after the rename (which moves its ctime on Linux), left
         None when the temp file's size, mtime or ctime moved after memstore's last write to
-        it: something else wrote to it, and only a read can tell what it holds.
+        it (something else wrote to it, and only a read can tell what it holds), or when the
+        file system's ctime is coarse (see :func:`ctime_moves_at_once`).
         """
 
         def swap() -> os.stat_result:
@@ -655,7 +656,8 @@ class Replacement:
             written.st_size, written.st_mtime_ns, written.st_ctime_ns,
         ):  # fmt: skip
             with contextlib.suppress(OSError):  # the file is in place: only the index's shortcut needs this stat
-                self.renamed = os.fstat(self.fd)
+                if ctime_moves_at_once(self.fd):
+                    self.renamed = os.fstat(self.fd)
         self._close()
         try:
             fsync_dir(self.path.parent)
@@ -696,6 +698,28 @@ class Replacement:
         self.discard()
 
 
+
+
+CTIME_PROBES = 2
+
+
+def ctime_moves_at_once(fd: int) -> bool:
+    """Whether a change made right after a stat of ``fd``'s file moves its ctime.
+
+    A ctime that nothing else can set vouches for "unchanged since" only where every
+    change moves it.  With fine-grained (multigrain) timestamps, as Linux 6.13+ gives
+    ext4, XFS, btrfs and tmpfs, a change after a stat always gets a later ctime.  With
+    coarse ones a change within the same clock tick (1–10 ms) leaves it as it was.  So a
+    stat, a change that alters nothing (a chmod to the mode the file has) and a stat are
+    tried twice: coarse timestamps keep both pairs equal unless a tick ends in between,
+    each time (a few µs of a millisecond tick).  Raises OSError as the calls do.
+    """
+    for _ in range(CTIME_PROBES):
+        before = os.fstat(fd)
+        os.fchmod(fd, stat.S_IMODE(before.st_mode))
+        if os.fstat(fd).st_ctime_ns == before.st_ctime_ns:
+            return False
+    return True
 
 
 def _copy_ranges(

@@ -16,13 +16,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstore import catalog_rewrite
+from memstore import catalog_rewrite, files
 from memstore.block_digest import BLOCK_BYTES, PrefixDigest
 from memstore.catalog import MemoryCatalog
 from memstore.index import catalog_index, source
 from memstore.index.catalog_index import CatalogIndex, RewritePlan
 from memstore.jsonl import encode_entries
 from memstore.kept_copy import KeptCopy
+
+
+def _needs_fine_ctime(folder: Path) -> None:
+    """The shortcut is taken only where a change right after a stat always moves ctime."""
+    fd = os.open(folder / "ctime-probe", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        if not files.ctime_moves_at_once(fd):
+            pytest.skip("this file system's ctime is coarse: rewrites are always read back here")
+    finally:
+        os.close(fd)
+        os.unlink(folder / "ctime-probe")
 
 
 def _scan(root: Path) -> MemoryCatalog:
@@ -90,6 +101,7 @@ def _answers_as_a_scan(root: Path, catalog: MemoryCatalog) -> None:
 def test_an_untouched_rewritten_file_is_not_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """About 20 MB written: the follow-up reads the sampled blocks and the partial one, not the file,
     records the rewrite's own digest (equal to a read-back) and counts one chained catch-up."""
+    _needs_fine_ctime(tmp_path)
     catalog = _seed(tmp_path, 10_000)
     resumes = _recorded(catalog).resumes
     follow = _Follow(monkeypatch)
@@ -223,6 +235,7 @@ def test_the_digest_is_of_the_bytes_written_not_of_what_the_scan_read(
     copy re-reads it (the first dropped line lies past it).  The new file holds the edited bytes;
     the digest the follow-up trusts must be theirs, or the index would vouch for bytes it never
     saw.  The rewrite is redone under the lock, and the shortcut's digest equals a read-back."""
+    _needs_fine_ctime(tmp_path)
     catalog = _seed(tmp_path, 6000, first_gone=5000)
     real_open = KeptCopy._open_at
     edited: list[int] = []
@@ -256,6 +269,7 @@ def test_followed_rewrites_answer_as_a_scan(tmp_path_factory: pytest.TempPathFac
     """Any mix of kept, removed, blank and long (over a block) lines: the digest the follow-up
     takes equals a read-back of the new file, and the index answers what a scan answers."""
     root = tmp_path_factory.mktemp("skip")
+    _needs_fine_ctime(root)
     catalog = MemoryCatalog(root)
     catalog.path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -278,3 +292,34 @@ def test_followed_rewrites_answer_as_a_scan(tmp_path_factory: pytest.TempPathFac
         with open(catalog.path, "rb") as handle:
             assert follow.plans[0].written == PrefixDigest.of(handle.fileno(), size).pack()
     _answers_as_a_scan(root, catalog)
+
+
+def test_coarse_timestamps_give_no_shortcut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a change within one clock tick leaves ctime as it was (ext4 before Linux 6.13, ext2),
+    an edit right after the rename would be invisible to the stat: the rewrite records no
+    identity and the follow-up reads the new file whole."""
+    catalog = _seed(tmp_path, 10_000)
+    monkeypatch.setattr(files, "ctime_moves_at_once", lambda fd: False)
+    follow = _Follow(monkeypatch)
+    assert catalog.delete_by_branch("gone") == len(range(7, 10_000, 7))
+    assert follow.plans[0].renamed is None
+    assert follow.followed == [True] and follow.taken == [False]
+    assert follow.read == catalog.path.stat().st_size
+    monkeypatch.undo()
+    _answers_as_a_scan(tmp_path, catalog)
+
+
+def test_the_ctime_probe_tells_a_ctime_that_does_not_move(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe changes nothing but the ctime; when the change does not move it, it says so."""
+    path = tmp_path / "probe"
+    path.write_bytes(b"x")
+    os.chmod(path, 0o640)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        moves = files.ctime_moves_at_once(fd)
+        assert os.stat(path).st_mode & 0o7777 == 0o640 and path.read_bytes() == b"x"
+        monkeypatch.setattr(files.os, "fchmod", lambda fd, mode: None)
+        assert files.ctime_moves_at_once(fd) is False
+    finally:
+        os.close(fd)
+    assert isinstance(moves, bool)

@@ -318,8 +318,9 @@ def rewritten_prefix(
     size, mtime and ctime, nothing wrote to it since, so it holds the bytes the rewrite
     digested as it wrote them.  What remains unseen is the same as for a chain: another
     tool's same-size edit made within one timestamp tick of memstore's last write or of
-    the rename (between the stat after the fsync and the one after the rename, or right
-    after the rename on a file system whose ctime is coarse), one written into the temp
+    the rename (between the stat after the fsync and the one after the rename; with coarse
+    timestamps any time within that tick, so there the rewrite records no ``renamed``:
+    :func:`memstore.files.ctime_moves_at_once`), one written into the temp
     file between two of memstore's own writes to it (one after its last write refuses
     ``renamed``: :meth:`memstore.files.Replacement.commit`), and a local program forging
     stat values.  So
