@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from memstore.errors import IndexUnavailableError
+from memstore.errors import IndexMigrationPendingError, IndexUnavailableError
 from memstore.index.db import IndexBusyError
 from memstore.logger import LazyLogger
 
@@ -94,7 +94,10 @@ class IndexPolicy(Generic[IndexT]):
             log.info("memstore index busy for %s, answering this call from %s: %s", self._source, self._fallback, exc)
             return
         log.warning("memstore index unavailable for %s, answering from %s: %s", self._source, self._fallback, exc)
-        self._failure = exc
+        # A fresh exception of the same kind: the raised one's traceback holds the frames of the
+        # store that asked, a cycle that would keep every such store (and its files) until a gc pass.
+        kind = IndexMigrationPendingError if isinstance(exc, IndexMigrationPendingError) else IndexUnavailableError
+        self._failure = kind(str(exc))
         self._failed_at = clock()
 
     def ask(self, query: Callable[[IndexT], T]) -> T | None:

@@ -1,0 +1,96 @@
+"""Review round 24d: 'old schema' for a read-only handle, the ctime probe of a rewrite, the marks memos."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sqlite3
+import weakref
+from pathlib import Path
+
+import pytest
+
+from memstore import files
+from memstore.catalog import MemoryCatalog
+from memstore.doctor import diagnose
+from tests.test_index_internals import _as_0004, index_path
+from tests.test_rewrite_follow_skip import _answers_as_a_scan, _Follow, _seed
+
+
+def _old_schema(root: Path) -> None:
+    catalog = MemoryCatalog(root)
+    catalog.add("entry about caching", tags=["ci"])
+    assert len(catalog.search("entry")) == 1
+    _as_0004(index_path(root))
+
+
+def test_a_read_only_store_that_found_an_old_schema_is_freed_without_the_cycle_collector(tmp_path: Path) -> None:
+    """The back-off kept the raised exception itself: its traceback's frames hold the store that
+    asked, a cycle that keeps every read-only handle (and its open files) alive until a gc pass.
+    Before 3c4d130 it kept only the message."""
+    _old_schema(tmp_path)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    logging.disable(logging.WARNING)  # a captured log record holds its arguments, the exception too
+    try:
+        reader = MemoryCatalog(tmp_path, readonly=True)
+        assert reader.health().index.state == "old schema"
+        assert len(reader.search("entry")) == 1
+        gone = weakref.ref(reader)
+        del reader
+        assert gone() is None
+    finally:
+        logging.disable(logging.NOTSET)
+        if was_enabled:
+            gc.enable()
+
+
+@pytest.mark.xfail(strict=True, reason="review: a damaged index stamped with an older schema is 'old schema' (info)")
+def test_doctor_calls_a_damaged_index_at_an_older_schema_damaged(tmp_path: Path) -> None:
+    """A file at schema 0004 is checked only for its origin, not for its objects: with its word
+    index dropped and a foreign table added, doctor says healthy ('migrated on the next use'),
+    while the next writable open fails to migrate it and sets it aside as damaged."""
+    _old_schema(tmp_path)
+    conn = sqlite3.connect(index_path(tmp_path), isolation_level=None)
+    conn.execute("DROP TABLE doc_fts")
+    conn.execute("CREATE TABLE planted(x)")
+    conn.close()
+    report = diagnose(tmp_path)
+    assert not report.healthy, [finding.to_dict() for finding in report.findings]
+
+
+def test_a_refused_ctime_probe_leaves_the_delete_done_and_the_index_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe runs after the rename (the delete is done): EPERM from its chmod (a file system
+    that refuses it) only drops the shortcut; no temp file stays and the follow-up reads back."""
+    catalog = _seed(tmp_path, 2000, filler=200)
+    before = os.stat(catalog.path).st_mode & 0o7777
+
+    def refuse(fd: int, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(files.os, "fchmod", refuse)
+    follow = _Follow(monkeypatch)
+    assert catalog.delete_by_branch("gone") == len(range(7, 2000, 7))
+    assert follow.plans[0].renamed is None and follow.taken == [False]
+    assert not [name for name in os.listdir(catalog.path.parent) if name.endswith(".tmp")]
+    assert os.stat(catalog.path).st_mode & 0o7777 == before
+    monkeypatch.undo()
+    _answers_as_a_scan(tmp_path, MemoryCatalog(tmp_path))
+    _answers_as_a_scan(tmp_path, catalog)
+
+
+def test_the_ctime_probe_keeps_every_mode_bit(tmp_path: Path) -> None:
+    """A chmod to the mode the file has: setuid, setgid and sticky bits stay as they were."""
+    path = tmp_path / "probe"
+    path.write_bytes(b"x")
+    for mode in (0o600, 0o644, 0o2640, 0o4755, 0o1644, 0o000):
+        os.chmod(path, mode)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            files.ctime_moves_at_once(fd)
+        finally:
+            os.close(fd)
+        assert os.stat(path).st_mode & 0o7777 == mode, oct(mode)
