@@ -93,7 +93,10 @@ class IndexPolicy(Generic[IndexT]):
         if isinstance(exc, IndexBusyError):
             log.info("memstore index busy for %s, answering this call from %s: %s", self._source, self._fallback, exc)
             return
-        log.warning("memstore index unavailable for %s, answering from %s: %s", self._source, self._fallback, exc)
+        if isinstance(exc, IndexMigrationPendingError):  # healthy: a handle that may write migrates it
+            log.info("memstore index of %s awaits migration; answering from %s: %s", self._source, self._fallback, exc)
+        else:
+            log.warning("memstore index unavailable for %s, answering from %s: %s", self._source, self._fallback, exc)
         # A fresh exception of the same kind: the raised one's traceback holds the frames of the
         # store that asked, a cycle that would keep every such store (and its files) until a gc pass.
         kind = IndexMigrationPendingError if isinstance(exc, IndexMigrationPendingError) else IndexUnavailableError
