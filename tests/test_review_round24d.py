@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import os
 import sqlite3
+import types
 import weakref
 from pathlib import Path
 
@@ -14,7 +16,9 @@ import pytest
 from memstore import files
 from memstore.catalog import MemoryCatalog
 from memstore.doctor import diagnose
+from memstore.index import terms
 from tests.test_index_internals import _as_0004, index_path
+from tests.test_index_terms import _marks_by_regex
 from tests.test_rewrite_follow_skip import _answers_as_a_scan, _Follow, _seed
 
 
@@ -160,3 +164,41 @@ def test_doctor_on_an_index_awaiting_its_migration_warns_of_nothing(
         assert diagnose(tmp_path).healthy
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING] == []
     assert any("old" in record.getMessage() for record in caplog.records)
+
+
+def test_both_marks_memos_stay_bounded_and_equal_the_regex_definition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ``_remember`` serves both memos: past the bound each starts over (never more than
+    MARKS_CACHED keys), and every answer, remembered or not, equals the plain definition."""
+    monkeypatch.setattr(terms, "MARKS_CACHED", 64)
+    monkeypatch.setattr(terms, "_marks_cache", {})
+    monkeypatch.setattr(terms, "_run_marks", {})
+    marks = sorted(terms.MARK_CHARS)[:12]
+    texts = [f"a{''.join(run)}b {run[0]}" for run in itertools.product(marks, repeat=3)]
+    for text in texts + texts[::7]:
+        assert terms.marks_text(text) == _marks_by_regex(text), text
+        assert 0 < len(terms._marks_cache) <= 64 and 0 < len(terms._run_marks) <= 64
+
+
+@pytest.mark.parametrize(("step_ns", "fine"), [(4_000_000, False), (1_000_000, False), (2_000, True)])
+def test_a_ctime_that_moved_by_a_whole_tick_is_coarse(
+    monkeypatch: pytest.MonkeyPatch, step_ns: int, fine: bool
+) -> None:
+    """A probe preempted across a clock tick in both pairs saw a coarse ctime move each time and
+    said "fine" (46 in 1.5M probes on a loaded ext2): a coarse ctime moves by whole ticks
+    (1 ms or more), a multigrain one by the µs between the calls."""
+    ctime = [1_000_000_000_000]
+    real_fstat, real_fchmod = os.fstat, os.fchmod
+
+    def fstat(fd: int) -> object:
+        return types.SimpleNamespace(st_mode=0o100644, st_ctime_ns=ctime[0]) if fd == -1 else real_fstat(fd)
+
+    def fchmod(fd: int, mode: int) -> None:
+        if fd != -1:
+            return real_fchmod(fd, mode)
+        assert mode == 0o644
+        ctime[0] += step_ns  # the clock read by the change: a tick later, or µs later
+        return None
+
+    monkeypatch.setattr(files.os, "fstat", fstat)
+    monkeypatch.setattr(files.os, "fchmod", fchmod)
+    assert files.ctime_moves_at_once(-1) is fine
