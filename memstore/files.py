@@ -559,6 +559,11 @@ class Replacement:
         if mode is None:
             mode = DEFAULT_FILE_MODE if current is None else current.st_mode & 0o777
         self.temp, self.fd = self._create(mode)
+        self._fine_ctime = False
+        """Whether this file system's ctime vouches for "unchanged since" (probed here, on the temp
+        file nobody else holds: on the file in place the probe's chmod could undo another's)."""
+        with contextlib.suppress(OSError):  # a refused chmod only forgoes the index's shortcut
+            self._fine_ctime = ctime_moves_at_once(self.fd)
         try:
             self._wrote = os.fstat(self.fd)
         except OSError as exc:
@@ -656,7 +661,7 @@ class Replacement:
             written.st_size, written.st_mtime_ns, written.st_ctime_ns,
         ):  # fmt: skip
             with contextlib.suppress(OSError):  # the file is in place: only the index's shortcut needs this stat
-                if ctime_moves_at_once(self.fd):
+                if self._fine_ctime:
                     self.renamed = os.fstat(self.fd)
         self._close()
         try:

@@ -92,8 +92,8 @@ def test_doctor_calls_a_damaged_index_at_an_older_schema_damaged(tmp_path: Path)
 def test_a_refused_ctime_probe_leaves_the_delete_done_and_the_index_exact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The probe runs after the rename (the delete is done): EPERM from its chmod (a file system
-    that refuses it) only drops the shortcut; no temp file stays and the follow-up reads back."""
+    """EPERM from the probe's chmod (a file system that refuses it) only drops the shortcut:
+    the delete is done, no temp file stays and the follow-up reads the new file back."""
     catalog = _seed(tmp_path, 2000, filler=200)
     before = os.stat(catalog.path).st_mode & 0o7777
 
@@ -125,12 +125,10 @@ def test_the_ctime_probe_keeps_every_mode_bit(tmp_path: Path) -> None:
         assert os.stat(path).st_mode & 0o7777 == mode, oct(mode)
 
 
-@pytest.mark.xfail(strict=True, reason="review: the ctime probe's chmod after the rename undoes a concurrent chmod")
 def test_the_ctime_probe_does_not_undo_a_chmod_of_the_new_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The probe reads the mode and sets it again on the file already in place: a user's
-    ``chmod 600`` landing between the two (privacy tightened right as a delete finished) is
-    silently reverted to the old mode.  Probing the temp file before the rename, or a change
-    that writes no mode, would leave it."""
+    """The probe read the mode and set it again on the file already in place: a user's
+    ``chmod 600`` landing between the two (privacy tightened right as a delete finished) was
+    silently reverted to the old mode.  It now probes the temp file, which nobody else holds."""
     catalog = _seed(tmp_path, 200, filler=50)
     real_replace, real_fstat = files.os.replace, files.os.fstat
     renamed: list[bool] = []
