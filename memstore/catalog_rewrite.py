@@ -162,7 +162,7 @@ def finish(
         written = replacement.hasher.pack() if replacement.hasher is not None else b""
         _still_at_path(path, st)
         after = replacement.commit()
-        renamed = _renamed_only(after, replacement.renamed)
+        renamed = replacement.renamed
         direct = replacement.direct_bytes > 0
     finally:
         if replacement is not None:
@@ -178,17 +178,6 @@ def finish(
         renamed=renamed,
     )
     return Rewritten(removed, plan, after)
-
-
-def _renamed_only(written: os.stat_result, renamed: os.stat_result | None) -> os.stat_result | None:
-    """``renamed`` when the rename is all that changed the file after its last write (it moves ctime only)."""
-    if renamed is None:
-        return None
-    if (renamed.st_dev, renamed.st_ino, renamed.st_size, renamed.st_mtime_ns) != (
-        written.st_dev, written.st_ino, written.st_size, written.st_mtime_ns,
-    ):  # fmt: skip
-        return None
-    return renamed
 
 
 class FileReplacedError(StorageError):

@@ -561,15 +561,18 @@ class Replacement:
         self.temp, self.fd = self._create(mode)
         self._fine_ctime = False
         """Whether this file system's ctime vouches for "unchanged since" (probed here, on the temp
-        file nobody else holds: on the file in place the probe's chmod could undo another's)."""
-        with contextlib.suppress(OSError):  # a refused chmod only forgoes the index's shortcut
-            self._fine_ctime = ctime_moves_at_once(self.fd)
-        try:
-            self._wrote = os.fstat(self.fd)
-        except OSError as exc:
-            self.discard()
-            raise storage_error("stat", self.temp, exc) from exc
-        """The temp file's stat right after memstore last wrote to it (created it, at first)."""
+        file nobody else holds: on the file in place the probe's chmod could undo another's).
+        Only a digested replacement asks: nothing else reads :attr:`renamed`."""
+        self._wrote: os.stat_result | None = None
+        """With ``digest``: the temp file's stat right after memstore last wrote to it (created it, at first)."""
+        if digest:
+            with contextlib.suppress(OSError):  # a refused chmod only forgoes the index's shortcut
+                self._fine_ctime = ctime_moves_at_once(self.fd)
+            try:
+                self._note_write()
+            except OSError as exc:
+                self.discard()
+                raise storage_error("stat", self.temp, exc) from exc
         self._direct: DirectWriter | None = None
         self.direct_bytes = 0
         """Bytes that went to the disk around the page cache (a reader of the new file may read them so too)."""
@@ -626,16 +629,21 @@ class Replacement:
             self._direct.write(parts)  # staged bytes move the times again when written: see _fsync
         else:
             writev_all(self.fd, parts)
-        self._wrote = os.fstat(self.fd)
+        self._note_write()
 
     def _wrote_after(self, step: Callable[..., object], *args: object) -> None:
         step(*args)
-        self._wrote = os.fstat(self.fd)
+        self._note_write()
+
+    def _note_write(self) -> None:
+        """Remember the temp file's stat after memstore's own write (only a digested replacement checks it)."""
+        if self.hasher is not None:
+            self._wrote = os.fstat(self.fd)
 
     def _fsync(self) -> None:
         if self._direct is not None:
             if self._direct.finish():  # what follows is short: written through the page cache
-                self._wrote = os.fstat(self.fd)
+                self._note_write()
             self.direct_bytes = self._direct.direct_bytes
             self._direct = None
         os.fsync(self.fd)
@@ -643,10 +651,11 @@ class Replacement:
     def commit(self) -> os.stat_result:
         """fsync, rename over ``path``, fsync the folder; the stat of the new file after its last write.
 
-        :attr:`renamed` is its stat after the rename (which moves its ctime on Linux), left
-        None when the temp file's size, mtime or ctime moved after memstore's last write to
-        it (something else wrote to it, and only a read can tell what it holds), or when the
-        file system's ctime is coarse (see :func:`ctime_moves_at_once`).
+        With ``digest``, :attr:`renamed` is its stat after the rename (which moves its ctime
+        on Linux), left None when the temp file's size, mtime or ctime moved after memstore's
+        last write to it (something else wrote to it, and only a read can tell what it
+        holds), when anything but the ctime moved between that write and the stat after the
+        rename, or when the file system's ctime is coarse (see :func:`ctime_moves_at_once`).
         """
 
         def swap() -> os.stat_result:
@@ -656,13 +665,11 @@ class Replacement:
             return written
 
         written = self._do(swap)
-        wrote = self._wrote
-        if (wrote.st_size, wrote.st_mtime_ns, wrote.st_ctime_ns) == (
-            written.st_size, written.st_mtime_ns, written.st_ctime_ns,
-        ):  # fmt: skip
+        if self._fine_ctime and _same_times(self._wrote, written):
             with contextlib.suppress(OSError):  # the file is in place: only the index's shortcut needs this stat
-                if self._fine_ctime:
-                    self.renamed = os.fstat(self.fd)
+                renamed = os.fstat(self.fd)
+                if _same_content_stat(renamed, written):
+                    self.renamed = renamed
         self._close()
         try:
             fsync_dir(self.path.parent)
@@ -703,11 +710,25 @@ class Replacement:
         self.discard()
 
 
-
-
 CTIME_PROBES = 2
 CTIME_STEP_NS = 500_000
 """Under any clock tick (1 ms at HZ=1000): a coarse ctime moves by whole ticks, a fine one by µs."""
+
+
+def _same_times(before: os.stat_result | None, after: os.stat_result) -> bool:
+    """Nothing but memstore's own writes changed the file between the two stats (size, mtime, ctime)."""
+    if before is None:
+        return False
+    return (before.st_size, before.st_mtime_ns, before.st_ctime_ns) == (
+        after.st_size, after.st_mtime_ns, after.st_ctime_ns,
+    )  # fmt: skip
+
+
+def _same_content_stat(after: os.stat_result, before: os.stat_result) -> bool:
+    """The same file with the same size and mtime: only its ctime may have moved (a rename moves it)."""
+    return (after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns,
+    )  # fmt: skip
 
 
 def ctime_moves_at_once(fd: int) -> bool:

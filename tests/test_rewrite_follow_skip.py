@@ -216,16 +216,63 @@ def test_a_sampled_block_that_differs_refuses_the_digest(tmp_path: Path) -> None
         os.close(fd)
 
 
-def test_a_file_changed_between_its_last_write_and_the_rename_gives_no_identity(tmp_path: Path) -> None:
-    """Only ctime may differ between the stat after the last write and the one after the rename."""
+@pytest.mark.parametrize("moved", ["mtime", "nothing"])
+def test_a_file_changed_between_its_last_write_and_the_rename_gives_no_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moved: str
+) -> None:
+    """Only ctime may differ between the stat after the last write and the one after the rename:
+    an mtime set back by another tool right after the rename leaves no identity to vouch with."""
+    _needs_fine_ctime(tmp_path)
     path = tmp_path / "f"
-    path.write_bytes(b"a\n")
-    written = path.stat()
-    os.utime(path, ns=(written.st_atime_ns, written.st_mtime_ns + 1))
-    assert catalog_rewrite._renamed_only(written, path.stat()) is None
-    os.utime(path, ns=(written.st_atime_ns, written.st_mtime_ns))
-    assert catalog_rewrite._renamed_only(written, path.stat()) is not None
-    assert catalog_rewrite._renamed_only(written, None) is None
+    path.write_bytes(b"old\n")
+    real_replace = os.replace
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        real_replace(src, dst)
+        if moved == "mtime":
+            st = os.stat(dst)
+            os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    with files.Replacement(path, digest=True) as replacement:
+        replacement.write(b"new\n")
+        written = replacement.commit()
+    assert path.read_bytes() == b"new\n"
+    if moved == "mtime":
+        assert replacement.renamed is None
+    else:
+        assert replacement.renamed is not None
+        assert (replacement.renamed.st_ino, replacement.renamed.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+
+
+def test_a_replacement_without_a_digest_neither_probes_nor_tracks_its_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pinned.json, failures.json and MEMORY.md are replaced through atomic_write: no index vouches for
+    them by stat, so they pay no ctime probe (two chmods) and no fstat after each write."""
+
+    def refuse(fd: int) -> bool:
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(files, "ctime_moves_at_once", refuse)
+    path = tmp_path / "pinned.json"
+    path.write_bytes(b"{}")
+    fstats: list[int] = []
+    real_fstat = os.fstat
+
+    def counting(fd: int) -> os.stat_result:
+        fstats.append(fd)
+        return real_fstat(fd)
+
+    monkeypatch.setattr(files.os, "fstat", counting)
+    with files.Replacement(path) as replacement:
+        for _ in range(5):
+            replacement.write(b"x" * 10)
+        replacement.commit()
+        assert replacement.renamed is None
+    monkeypatch.undo()
+    assert path.read_bytes() == b"x" * 50
+    assert len(fstats) <= 2, fstats  # the create's identity check and the stat commit returns
 
 
 def test_the_digest_is_of_the_bytes_written_not_of_what_the_scan_read(
