@@ -91,6 +91,9 @@ T = TypeVar("T")
 IDLE_DESCRIPTORS = 4
 """Descriptor pairs a group keeps for later appends: one per thread appending at once, up to this."""
 
+TORN_TAIL_TRIES = 3
+"""Reads of a file whose torn last line another program kept changing before it is given up (EAGAIN)."""
+
 
 class GroupCommit:
     """Appends to one file, made durable by fsyncs shared between writers and processes."""
@@ -184,18 +187,7 @@ class GroupCommit:
         held, created = self._checkout()
         fd, sync_fd = held.fd, held.sync_fd
         try:
-            try:
-                st = os.fstat(fd)
-            except OSError as exc:
-                raise storage_error("open", self.path, exc) from exc
-            size = st.st_size
-            try:
-                unterminated = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-            except OSError as exc:
-                raise storage_error("read the last line of", self.path, exc) from exc
-            if unterminated and is_whole is not None:
-                size, aside = self._set_aside_torn_tail(sync_fd, fd, st, is_whole)
-                unterminated = aside is None  # cut back to its last newline, or a whole line kept
+            st, size, unterminated, _aside = self._settle_tail(sync_fd, fd, is_whole)
             if unterminated:
                 data = b"\n" + data
             chain, seen = self._check_record(sync_fd, fd, st, size)
@@ -263,34 +255,52 @@ class GroupCommit:
             except OSError as exc:
                 raise storage_error("open", self.path, exc) from exc
             try:
-                st = os.fstat(fd)
-                return self._set_aside_torn_tail(sync_fd, fd, st, is_whole)[1]
-            except StorageError:
-                raise
-            except OSError as exc:
-                raise storage_error("read the last line of", self.path, exc) from exc
+                return self._settle_tail(sync_fd, fd, is_whole)[3]
             finally:
                 os.close(fd)
         finally:
             os.close(sync_fd)
 
-    def _set_aside_torn_tail(
-        self, sync_fd: int, fd: int, st: os.stat_result, is_whole: Callable[[bytes], bool]
-    ) -> tuple[int, Path | None]:
-        """Copy a torn last line aside and cut it off; returns the size afterwards and the copy."""
-        try:
-            start = torn_tail_start(fd, st.st_size, is_whole=is_whole)
-        except OSError as exc:
-            raise storage_error("read the last line of", self.path, exc) from exc
-        if start is None:
-            return st.st_size, None
-        aside = keep_torn_tail(self.path, fd, start, st.st_size)
-        try:
-            self._truncate(sync_fd, fd, st, start, unless_changed_since=st)
-        except OSError as exc:
-            raise storage_error("truncate the torn last line of", self.path, exc) from exc
-        log.warning("set aside a torn last line of %s in %s", self.path, aside)
-        return start, aside
+    def _settle_tail(
+        self, sync_fd: int, fd: int, is_whole: Callable[[bytes], bool] | None
+    ) -> tuple[os.stat_result, int, bool, Path | None]:
+        """The file's stat, where to append, whether its last line lacks a newline, and a torn line's copy.
+
+        An unterminated last line ``is_whole`` rejects is copied aside and cut off.  Another
+        program writing at that very moment makes the cut refuse (it may have appended past
+        the copied bytes): the copy is dropped, since the bytes are all still in the file,
+        and the file is read again, up to TORN_TAIL_TRIES times, so the fragment ends up in
+        exactly one place and the append lands after whatever the other program wrote.
+        """
+        refused: OSError | None = None
+        for _attempt in range(TORN_TAIL_TRIES):
+            try:
+                st = os.fstat(fd)
+                size = st.st_size
+                unterminated = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+                start = None
+                if unterminated and is_whole is not None:
+                    start = torn_tail_start(fd, size, is_whole=is_whole)
+            except OSError as exc:
+                raise storage_error("read the last line of", self.path, exc) from exc
+            if start is None:
+                return st, size, unterminated, None  # no torn line, or a whole one kept
+            aside = keep_torn_tail(self.path, fd, start, size)
+            try:
+                self._truncate(sync_fd, fd, st, start, unless_changed_since=st)
+            except StorageError:
+                raise
+            except OSError as exc:
+                if exc.errno != errno.EAGAIN:
+                    raise storage_error("truncate the torn last line of", self.path, exc) from exc
+                refused = exc
+                with contextlib.suppress(OSError):
+                    os.unlink(aside)
+                continue
+            log.warning("set aside a torn last line of %s in %s", self.path, aside)
+            return st, start, False, aside
+        assert refused is not None
+        raise storage_error("truncate the torn last line of", self.path, refused)
 
     def _check_record(
         self, sync_fd: int, fd: int, st: os.stat_result, size: int
