@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstore import catalog_rewrite, files
+from memstore import files
 from memstore.block_digest import BLOCK_BYTES, PrefixDigest
 from memstore.catalog import MemoryCatalog
 from memstore.index import catalog_index, source
