@@ -45,10 +45,10 @@ def test_a_truncated_current_index_is_damaged_to_doctor(tmp_path: Path) -> None:
     assert [finding.kind for finding in diagnose(tmp_path).findings] == ["damaged-index"]
 
 
-@pytest.mark.xfail(strict=True, reason="review: a truncated index at an older schema is 'old schema' (info)")
 def test_a_truncated_index_at_an_older_schema_is_damaged_to_doctor(tmp_path: Path) -> None:
-    """At 0004 only the origin row is read (schema_problem is skipped), so the cut file is
-    'old schema' (info, healthy) where at 0005 it is damaged."""
+    """At 0004 only the origin row was read (schema_problem is skipped), so the cut file was
+    'old schema' (info, healthy) where at 0005 it is damaged.  An older file now passes
+    SQLite's quick_check before it is called 'old schema' (or migrated)."""
     _old_schema(tmp_path, entries=300)
     _cut_tail(tmp_path)
     assert [finding.kind for finding in diagnose(tmp_path).findings] == ["damaged-index"]
@@ -75,11 +75,11 @@ def test_a_read_only_store_that_found_an_old_schema_is_freed_without_the_cycle_c
             gc.enable()
 
 
-@pytest.mark.xfail(strict=True, reason="review: a damaged index stamped with an older schema is 'old schema' (info)")
 def test_doctor_calls_a_damaged_index_at_an_older_schema_damaged(tmp_path: Path) -> None:
-    """A file at schema 0004 is checked only for its origin, not for its objects: with its word
-    index dropped and a foreign table added, doctor says healthy ('migrated on the next use'),
-    while the next writable open fails to migrate it and sets it aside as damaged."""
+    """A file at schema 0004 was checked only for its origin, not for its objects: with its word
+    index dropped and a foreign table added, doctor said healthy ('migrated on the next use'),
+    while the next writable open failed to migrate it and set it aside as damaged.  Its objects
+    are now compared with what the migrations left at 0004 (``old_schemas.py``)."""
     _old_schema(tmp_path)
     conn = sqlite3.connect(index_path(tmp_path), isolation_level=None)
     conn.execute("DROP TABLE doc_fts")

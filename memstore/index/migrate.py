@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memstore.errors import IndexUnavailableError
-from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_REVISION, SCHEMA_VERSION
+from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_REVISION
 
 
 def _set_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -51,16 +51,25 @@ def upgrade_to_head(db_path: Path) -> None:
     Any failure (the folder removed meanwhile, a full disk, a damaged file) is an
     :class:`IndexUnavailableError`: SQLAlchemy's and Alembic's own errors never reach callers.
     """
+    upgrade_to(db_path, SCHEMA_REVISION)
+
+
+def upgrade_to(db_path: Path, revision: str) -> None:
+    """:func:`upgrade_to_head`, stopping at ``revision`` (stamped as ``user_version`` ``int(revision)``).
+
+    Only the newest revision is ever used on a real index; an older one makes the file an
+    earlier release left, which is what :mod:`memstore.index.old_schemas` is checked against.
+    """
     from alembic.util import CommandError
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
-        _upgrade(db_path)
+        _upgrade(db_path, revision)
     except (SQLAlchemyError, CommandError, OSError) as exc:
         raise IndexUnavailableError(f"cannot create or migrate the index schema in {db_path}: {exc}") from exc
 
 
-def _upgrade(db_path: Path) -> None:
+def _upgrade(db_path: Path, revision: str) -> None:
     from alembic import command
     from alembic.config import Config
     from sqlalchemy import create_engine, event, text
@@ -74,7 +83,7 @@ def _upgrade(db_path: Path) -> None:
         config.set_main_option("script_location", str(migrations_dir()))
         with ALEMBIC_LOCK, engine.begin() as connection:
             config.attributes["connection"] = connection
-            command.upgrade(config, SCHEMA_REVISION)
-            connection.execute(text(f"PRAGMA user_version = {SCHEMA_VERSION}"))
+            command.upgrade(config, revision)
+            connection.execute(text(f"PRAGMA user_version = {int(revision)}"))
     finally:
         engine.dispose()

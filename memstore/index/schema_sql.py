@@ -40,17 +40,18 @@ included) under SQLite MASTER_SQLITE: a file whose rows have this digest needs n
 MASTER_SQLITE = "3.40.1"
 
 
-def generate() -> tuple[str, ...]:
-    """The DDL of a freshly migrated empty index, minus what SQLite derives itself."""
+def generate(revision: str | None = None) -> tuple[str, ...]:
+    """The DDL of an empty index freshly migrated (to ``revision``, else the newest), minus what SQLite derives itself."""
     import sqlite3
     import tempfile
     from pathlib import Path
 
-    from memstore.index.migrate import upgrade_to_head
+    from memstore.index.migrate import upgrade_to
+    from memstore.index.settings import SCHEMA_REVISION
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "reference.sqlite3"
-        upgrade_to_head(path)
+        upgrade_to(path, revision or SCHEMA_REVISION)
         conn = sqlite3.connect(path)
         try:
             shadow = {name for _schema, name, kind, *_ in conn.execute("PRAGMA table_list") if kind == "shadow"}

@@ -57,7 +57,29 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
     # query.  Rows with another digest (another SQLite, or not memstore's) are compared in full.
     if sqlite3.sqlite_version == MASTER_SQLITE and master_digest(found) == MASTER_DIGEST:
         return None
-    expected = list(expected_master())
+    return _difference(found, list(expected_master()))
+
+
+def old_schema_problem(conn: sqlite3.Connection, version: int) -> str | None:
+    """:func:`schema_problem` for a file at an older schema ``version``: exactly the objects
+    memstore's migrations left at that version (:mod:`memstore.index.old_schemas`)."""
+    expected = _old_master(version)
+    if expected is None:
+        return f"schema version {version} was never memstore's"
+    return _difference(sorted(conn.execute(MASTER_SQL), key=_order), list(expected))
+
+
+@functools.cache
+def _old_master(version: int) -> tuple[tuple[str, str, str, str | None], ...] | None:
+    from memstore.index.old_schemas import OLD_STATEMENTS
+
+    statements = OLD_STATEMENTS.get(version)
+    return None if statements is None else master_of(statements)
+
+
+def _difference(
+    found: list[tuple[str, str, str, str | None]], expected: list[tuple[str, str, str, str | None]]
+) -> str | None:
     if found == expected:
         return None
     extra = sorted({f"{row[0]} {row[1]}" for row in found} - {f"{row[0]} {row[1]}" for row in expected})
