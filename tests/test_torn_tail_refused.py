@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memstore import group_commit
 from memstore.catalog import MemoryCatalog
@@ -126,3 +128,59 @@ def test_cut_torn_tail_retries_too(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert _asides(catalog) == [TORN + b" tail"]
     assert catalog.path.read_bytes().endswith(b"\n")
     assert os.path.exists(catalog.path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    fragment=st.binary(min_size=1, max_size=40).filter(lambda data: b"\n" not in data),
+    writes=st.lists(st.binary(min_size=1, max_size=30), max_size=group_commit.TORN_TAIL_TRIES + 1),
+)
+def test_whatever_the_other_program_writes_every_byte_stays_once(
+    tmp_path_factory: pytest.TempPathFactory, fragment: bytes, writes: list[bytes]
+) -> None:
+    """Property: the other program's writes land between the copy aside and the cut, one per try.
+    Every byte of the fragment and of those writes is then in exactly one place, in order: the
+    file, then at most one copy beside it (a torn line with no newline); the add comes last, or
+    it failed with EAGAIN after TORN_TAIL_TRIES refusals and the file holds exactly what it held."""
+    root = tmp_path_factory.mktemp("prop")
+    catalog = MemoryCatalog(root)
+    catalog.add("note before the crash")
+    with open(catalog.path, "ab") as handle:
+        handle.write(b"\xff" + fragment)  # never JSON: a torn line
+    prefix = catalog.path.read_bytes()[: -len(fragment) - 1]
+    pending = list(writes)
+    real = group_commit.keep_torn_tail
+
+    def keep(path_: Path, fd: int, start: int, size: int) -> Path:
+        aside = real(path_, fd, start, size)
+        if pending:
+            with open(catalog.path, "ab") as handle:
+                handle.write(pending.pop(0))
+        return aside
+
+    group_commit.keep_torn_tail = keep  # type: ignore[assignment]
+    try:
+        try:
+            entry = catalog.add("the add under test")
+        except StorageError as exc:
+            assert exc.errno == errno.EAGAIN
+            entry = None
+    finally:
+        group_commit.keep_torn_tail = real  # type: ignore[assignment]
+    written = b"\xff" + fragment + b"".join(writes[: len(writes) - len(pending)])
+    after = catalog.path.read_bytes()
+    asides = _asides(catalog)
+    assert after.startswith(prefix) and len(asides) <= 1
+    if entry is None:
+        assert len(writes) - len(pending) == group_commit.TORN_TAIL_TRIES
+        assert after == prefix + written and asides == []
+        return
+    last = after.splitlines()[-1]
+    assert json.loads(last)["memory_id"] == entry.memory_id
+    body = after[len(prefix) : len(after) - len(last) - 1]
+    if asides:
+        assert body + asides[0] == written and b"\n" not in asides[0] and body[-1:] in (b"", b"\n")
+    else:
+        assert body in (written, written + b"\n") and (body == b"" or body.endswith(b"\n"))
+    scan = MemoryCatalog(root, use_index=False, readonly=True)
+    assert catalog.search("note", limit=100) == scan.search("note", limit=100)
