@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +183,25 @@ def test_the_read_only_check_runs_once_per_state_of_the_file(tmp_path: Path, mon
         index.connect()
     assert not isinstance(caught.value, IndexMigrationPendingError)
     assert len(checks) == 3
+
+
+def test_the_cli_doctor_reports_a_damaged_older_file_and_fix_rebuilds_it(tmp_path: Path) -> None:
+    """``memstore doctor``: exit 1 with a damaged-index line, no traceback, nothing changed;
+    ``--fix`` rebuilds the index and doctor is then healthy."""
+    path = _old(tmp_path)
+    _edit(path, "DROP TABLE term_tri")
+    before = _index_files(tmp_path)
+    env = dict(os.environ, HOME=str(tmp_path / "home"))
+
+    def doctor(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "memstore", "doctor", *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    found = doctor("--json")
+    assert found.returncode == 1 and "Traceback" not in found.stderr, found.stderr
+    assert [finding["kind"] for finding in json.loads(found.stdout)["findings"]] == ["damaged-index"]
+    assert "missing ['table term_tri'" in json.loads(found.stdout)["findings"][0]["detail"]
+    assert _index_files(tmp_path) == before
+    fixed = doctor("--fix", "--json")
+    assert fixed.returncode == 0 and json.loads(fixed.stdout)["healthy"] is True, fixed.stdout
+    assert doctor().stdout.strip() == "healthy"
