@@ -55,6 +55,7 @@ from memstore.shared_index import CatalogReads, catalog_policy, check_index_url,
 
 if TYPE_CHECKING:
     from memstore.group_commit import GroupCommit, PendingAppend
+    from memstore.index.base import HeldWrite
     from memstore.index.pg.store_reads import PgCatalogIndex
     from memstore.index.report import CheckResult, IndexState, Progress, RefreshReport
     from memstore.index.trace import SearchPlan, SearchTrace
@@ -302,6 +303,7 @@ class MemoryCatalog:
             # only what was appended in between is left to index.
             self._index_for_rewrite()
             fd: int | None = None
+            held: HeldWrite | None = None
             try:
                 with self._lock():
                     remove_stale_temps(self.path)
@@ -310,7 +312,13 @@ class MemoryCatalog:
                     fd = open_for_read(self.path)
                     if fd is None:
                         return []
+                    # Readers elsewhere wait for the follow-up instead of rebuilding from the new file.
+                    held = index.hold_write() if index is not None else None
                     done = catalog_rewrite.finish(self.path, fd, prepared, key=key, value=value, before=before)
+            except BaseException:
+                if held is not None:
+                    held.release()
+                raise
             finally:
                 if fd is not None:
                     os.close(fd)  # after the lock: freeing a big replaced file takes a while
@@ -318,16 +326,17 @@ class MemoryCatalog:
         finally:
             if prepared is not None:
                 prepared.discard()
-        if done is None:
-            return []
-        if index is not None:
-            try:
-                index.apply_rewrite(done.plan, done.after)
-            except (IndexUnavailableError, OSError) as exc:
-                # The file is rewritten and durable: the call succeeded.  An index that could not
-                # follow (a read of the new file failed) still names the old file, so the next
-                # query sees it replaced and rebuilds.
-                log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
+        if done is None or index is None:
+            if held is not None:
+                held.release()
+            return [] if done is None else done.removed
+        try:
+            index.apply_rewrite(done.plan, done.after, held=held)
+        except (IndexUnavailableError, OSError) as exc:
+            # The file is rewritten and durable: the call succeeded.  An index that could not
+            # follow (a read of the new file failed) still names the old file, so the next
+            # query sees it replaced and rebuilds.
+            log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
         return done.removed
 
     def _index_for_rewrite(self) -> CatalogIndex | None:

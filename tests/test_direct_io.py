@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -242,12 +243,12 @@ def test_the_index_follow_up_proves_a_directly_written_file_by_direct_reads_and_
     assert index is not None
     apply = index.apply_rewrite
 
-    def edit_then_apply(plan: RewritePlan, after: os.stat_result) -> bool:
+    def edit_then_apply(plan: RewritePlan, after: os.stat_result, **held: Any) -> bool:
         with open(catalog.path, "r+b") as handle:
             first = handle.readline()
             handle.seek(0)
             handle.write(first.replace(b"first", b"zqxwv", 1))  # same length: an in-place save
-        return apply(plan, after)
+        return apply(plan, after, **held)
 
     monkeypatch.setattr(index, "apply_rewrite", edit_then_apply)
     assert catalog.delete_by_branch("kept-2") > 0

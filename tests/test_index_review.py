@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,11 +208,11 @@ def test_an_in_place_edit_before_the_index_follows_a_rewrite_is_indexed(
     assert catalog.search("pie")
     real_apply = CatalogIndex.apply_rewrite
 
-    def apply_rewrite(self: CatalogIndex, plan: object, after: os.stat_result) -> bool:
+    def apply_rewrite(self: CatalogIndex, plan: object, after: os.stat_result, **held: Any) -> bool:
         edited = self.source_path.read_bytes().replace(b"apple pie", b"grape pie")
         with open(self.source_path, "r+b") as handle:  # another tool, same inode, same length
             handle.write(edited)
-        return real_apply(self, plan, after)  # type: ignore[arg-type]
+        return real_apply(self, plan, after, **held)  # type: ignore[arg-type]
 
     monkeypatch.setattr(CatalogIndex, "apply_rewrite", apply_rewrite)
     assert catalog.delete_by_branch("gone") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -53,8 +54,10 @@ def test_offsets_after_a_rewrite_match_the_file(
     followed: list[bool] = []
     real = catalog_index.CatalogIndex.apply_rewrite
 
-    def apply_rewrite(self: catalog_index.CatalogIndex, plan: catalog_index.RewritePlan, after: object) -> bool:
-        followed.append(real(self, plan, after))  # type: ignore[arg-type]
+    def apply_rewrite(
+        self: catalog_index.CatalogIndex, plan: catalog_index.RewritePlan, after: object, **held: Any
+    ) -> bool:
+        followed.append(real(self, plan, after, **held))  # type: ignore[arg-type]
         return followed[-1]
 
     with pytest.MonkeyPatch.context() as patch:

@@ -184,8 +184,8 @@ def test_no_memory_for_the_proof_buffers_means_ordinary_reads_not_an_index_rebui
     followed: list[bool] = []
     apply = index.apply_rewrite
 
-    def recording(plan: RewritePlan, after: os.stat_result) -> bool:
-        followed.append(apply(plan, after))
+    def recording(plan: RewritePlan, after: os.stat_result, **held: Any) -> bool:
+        followed.append(apply(plan, after, **held))
         return followed[-1]
 
     monkeypatch.setattr(index, "apply_rewrite", recording)

@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -64,10 +65,10 @@ class _Follow:
         self._monkeypatch = monkeypatch
         real_apply, real_prefix, real_extend = CatalogIndex.apply_rewrite, source.rewritten_prefix, PrefixDigest.extend
 
-        def apply_rewrite(index: CatalogIndex, plan: RewritePlan, after: os.stat_result) -> bool:
+        def apply_rewrite(index: CatalogIndex, plan: RewritePlan, after: os.stat_result, **held: Any) -> bool:
             self.plans.append(plan)
             self.read = 0
-            self.followed.append(real_apply(index, plan, after))
+            self.followed.append(real_apply(index, plan, after, **held))
             return self.followed[-1]
 
         def rewritten_prefix(*args: object, **kwargs: object) -> PrefixDigest | None:
@@ -135,9 +136,9 @@ def test_the_shortcut_counts_toward_the_periodic_full_proof(tmp_path: Path, monk
 def _edit_before_follow(monkeypatch: pytest.MonkeyPatch, edit: object) -> None:
     real = CatalogIndex.apply_rewrite
 
-    def apply_rewrite(index: CatalogIndex, plan: RewritePlan, after: os.stat_result) -> bool:
+    def apply_rewrite(index: CatalogIndex, plan: RewritePlan, after: os.stat_result, **held: Any) -> bool:
         edit(index.source_path)  # type: ignore[operator]
-        return real(index, plan, after)
+        return real(index, plan, after, **held)
 
     monkeypatch.setattr(CatalogIndex, "apply_rewrite", apply_rewrite)
 

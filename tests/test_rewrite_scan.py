@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -248,10 +249,10 @@ def test_an_add_does_not_wait_for_the_index_to_follow_a_rewrite(
     following, release = threading.Event(), threading.Event()
     real_apply = CatalogIndex.apply_rewrite
 
-    def slow_apply(self: CatalogIndex, plan: RewritePlan, after: os.stat_result) -> bool:
+    def slow_apply(self: CatalogIndex, plan: RewritePlan, after: os.stat_result, **held: Any) -> bool:
         following.set()
         release.wait(60)
-        return real_apply(self, plan, after)
+        return real_apply(self, plan, after, **held)
 
     monkeypatch.setattr(CatalogIndex, "apply_rewrite", slow_apply)
     rewrite = threading.Thread(target=catalog.delete_by_branch, args=("gone",))

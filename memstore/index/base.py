@@ -92,11 +92,13 @@ def fold_wal(conn: sqlite3.Connection) -> None:
 
 
 @contextlib.contextmanager
-def immediate(conn: sqlite3.Connection) -> Iterator[list[bool]]:
+def immediate(conn: sqlite3.Connection, *, begun: bool = False) -> Iterator[list[bool]]:
     """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends normally and the flag it
-    yields is still true, rolled back when the block sets it false or raises."""
+    yields is still true, rolled back when the block sets it false or raises.  ``begun``: the
+    connection already holds it (:meth:`IndexedSource.hold_write`)."""
     grow_cache(conn)  # a write never runs with the small first-read cache
-    conn.execute("BEGIN IMMEDIATE")
+    if not begun:
+        conn.execute("BEGIN IMMEDIATE")
     keep = [True]
     try:
         yield keep
@@ -125,6 +127,30 @@ def _identity_at(path: Path) -> tuple[int, int] | None:
 
 class StaleRowError(Exception):
     """A row's bytes no longer decode: the file changed under the index (rebuild and retry)."""
+
+
+class HeldWrite:
+    """An index write transaction taken ahead of a change to its source (:meth:`IndexedSource.hold_write`)."""
+
+    def __init__(self, conn: sqlite3.Connection, mutex: threading.RLock) -> None:
+        self._conn: sqlite3.Connection | None = conn
+        self._mutex = mutex
+
+    def holds(self, conn: sqlite3.Connection) -> bool:
+        """Whether ``conn`` is the connection this holds, still inside its transaction."""
+        return self._conn is conn and conn.in_transaction
+
+    def release(self) -> None:
+        """Roll back what was not committed and let the handle's other threads in (idempotent)."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+        finally:
+            self._mutex.release()
 
 
 class IndexedSource:
@@ -308,20 +334,60 @@ class IndexedSource:
         action = "rebuilt" if change is Change.REPLACED else "appended"
         return RefreshReport(str(self.source_path), action, rows, seconds=seconds, catch_up_seconds=seconds)
 
-    def _write(self, change: Callable[[sqlite3.Connection, int], bool]) -> bool:
-        """Run a write-through ``change`` in one immediate transaction; False leaves a lazy rebuild."""
-        with self._mutex, self._open_source() as fd:
-            if fd is None:
-                return False
+    def _write(self, change: Callable[[sqlite3.Connection, int], bool], *, held: HeldWrite | None = None) -> bool:
+        """Run a write-through ``change`` in one immediate transaction; False leaves a lazy rebuild.
+
+        With ``held`` (from :meth:`hold_write`), in the transaction it holds when that is still
+        this handle's connection's; it is released either way.
+        """
+        try:
+            with self._mutex, self._open_source() as fd:
+                if fd is None:
+                    return False
+                try:
+                    conn = self._connection()
+                    begun = held is not None and held.holds(conn)
+                    with immediate(conn, begun=begun) as keep:
+                        keep[0] = change(conn, fd)
+                    fold_wal(conn)
+                    return keep[0]
+                except DatabaseFault as exc:
+                    self._on_sqlite_error(exc)
+                    return False
+        finally:
+            if held is not None:
+                held.release()
+
+    def hold_write(self) -> HeldWrite | None:
+        """Take the index's write transaction now, for a change the source is about to get.
+
+        A rewrite replaces the file before the index follows it: a reader in another process
+        that looks in between finds the index behind a file that is no append of the indexed
+        one, and rebuilds it from the whole file (about 20 s at 1M entries), while the
+        follow-up waits for that build and gives up.  Held from before the replace, the
+        transaction makes such a reader wait for the follow-up instead, and then find the
+        index level.  Never waits for it: None when another connection is writing the index
+        (the follow-up then runs as before).  The handle's mutex is held until
+        :meth:`HeldWrite.release`.
+        """
+        self._mutex.acquire()
+        try:
+            conn = self._connection()
+            if conn.in_transaction:
+                self._mutex.release()
+                return None
+            conn.execute("PRAGMA busy_timeout = 0")
             try:
-                conn = self._connection()
-                with immediate(conn) as keep:
-                    keep[0] = change(conn, fd)
-                fold_wal(conn)
-                return keep[0]
-            except DatabaseFault as exc:
-                self._on_sqlite_error(exc)
-                return False
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        except (*DatabaseFault, OSError, IndexUnavailableError):  # busy (another writer), or unusable:
+            self._mutex.release()  # the follow-up runs as before
+            return None
+        except BaseException:
+            self._mutex.release()
+            raise
+        return HeldWrite(conn, self._mutex)
 
     def refresh(self, *, full: bool = False, progress: Progress | None = None, patient: bool = True) -> RefreshReport:
         """Catch up now (or rebuild with ``full``); returns what was done.

@@ -27,7 +27,7 @@ from memstore.entry_filter import NO_FILTER, EntryFilter
 from memstore.errors import IndexUnavailableError
 from memstore.files import MAX_LINE_BYTES, open_for_read
 from memstore.index import vocabulary
-from memstore.index.base import IndexedSource, StaleRowError
+from memstore.index.base import HeldWrite, IndexedSource, StaleRowError
 from memstore.index.db import DatabaseFault, IndexFile
 from memstore.index.lines import Row, parsed_ranges, row_values
 from memstore.index.restrict import restriction_for
@@ -556,13 +556,14 @@ class CatalogIndex(IndexedSource):
         """
         self.refresh(patient=False)
 
-    def apply_rewrite(self, plan: RewritePlan, after: os.stat_result) -> bool:
+    def apply_rewrite(self, plan: RewritePlan, after: os.stat_result, *, held: HeldWrite | None = None) -> bool:
         """Follow memstore's own rewrite: delete removed rows, shift offsets, record the new file.
 
         Returns False (and leaves the index to rebuild lazily) when the index was not
-        exactly at the state the rewriter read.
+        exactly at the state the rewriter read.  ``held``: the write transaction taken
+        before the replace (:meth:`hold_write`), used and released here.
         """
-        return self._write(lambda conn, fd: self._apply_rewrite(conn, fd, plan, after))
+        return self._write(lambda conn, fd: self._apply_rewrite(conn, fd, plan, after), held=held)
 
     def _apply_rewrite(self, conn: sqlite3.Connection, fd: int, plan: RewritePlan, after: os.stat_result) -> bool:
         st = os.fstat(fd)
