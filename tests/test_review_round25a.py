@@ -1,0 +1,48 @@
+"""Review 25a: adversarial checks of a81f055 (Replacement.renamed), cda4aa1 (older index files)
+and 4f7b40e (a torn-tail cut retried when another program wrote meanwhile)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memstore import group_commit
+from memstore.sync_record import SyncRecord
+from tests.test_torn_tail_refused import TORN, _asides, _seed
+
+OTHER = b'{"memory_id": "other", "content": "another program appended this", "created_at": "2026-01-01T00:00:00Z"}\n'
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: _truncate checks size/ctime, then writes the sync record, then ftruncates: "
+    "another program's append between the check and the cut is cut off and copied nowhere",
+)
+def test_an_append_between_the_changed_check_and_the_cut_is_never_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = _seed(tmp_path)
+    armed: list[bool] = []
+    real_keep = group_commit.keep_torn_tail
+    real_write = SyncRecord.write
+
+    def keep(path_: Path, fd: int, start: int, size: int) -> Path:
+        armed.append(True)
+        return real_keep(path_, fd, start, size)
+
+    def write(self: SyncRecord, fd: int) -> None:
+        real_write(self, fd)
+        if armed:  # the cut's own record write: the changed-check already passed
+            armed.clear()
+            with open(catalog.path, "ab") as handle:
+                handle.write(b"\n" + OTHER)
+
+    monkeypatch.setattr(group_commit, "keep_torn_tail", keep)
+    monkeypatch.setattr(SyncRecord, "write", write)
+    catalog.add("after the cut")
+    monkeypatch.undo()
+    kept = catalog.path.read_bytes() + b"".join(_asides(catalog))
+    assert TORN in kept
+    assert OTHER in kept, "another program's acknowledged append was cut off"
+
