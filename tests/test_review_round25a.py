@@ -9,6 +9,7 @@ import pytest
 
 from memstore import group_commit
 from memstore.sync_record import SyncRecord
+from tests.test_old_schema_check import _damaged_read_only, _edit, _old
 from tests.test_torn_tail_refused import TORN, _asides, _seed
 
 OTHER = b'{"memory_id": "other", "content": "another program appended this", "created_at": "2026-01-01T00:00:00Z"}\n'
@@ -46,3 +47,22 @@ def test_an_append_between_the_changed_check_and_the_cut_is_never_lost(
     assert TORN in kept
     assert OTHER in kept, "another program's acknowledged append was cut off"
 
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE alembic_version SET version_num = '0003'",
+        "UPDATE alembic_version SET version_num = '0005'",
+        "UPDATE alembic_version SET version_num = 'zzzz'",
+        "DELETE FROM alembic_version",
+        "INSERT INTO alembic_version VALUES ('0003')",
+    ],
+)
+def test_an_older_file_whose_migration_record_lies_is_damaged_not_old_schema(tmp_path: Path, statement: str) -> None:
+    """user_version 4 and 0004's objects, but Alembic's record names another revision (or
+    none, or two): Alembic migrates from its record, so the writable open's migration fails
+    and the file is set aside.  Doctor and a read-only handle called it 'old schema' (info,
+    healthy) all the same; they must call it damaged, as the writable open finds it."""
+    path = _old(tmp_path)
+    _edit(path, statement)
+    _damaged_read_only(tmp_path)
