@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from memstore import group_commit
+from memstore.catalog import MemoryCatalog
+from memstore.files import Replacement
 from memstore.sync_record import SyncRecord
 from tests.test_old_schema_check import _damaged_read_only, _edit, _old
 from tests.test_torn_tail_refused import TORN, _asides, _seed
@@ -66,3 +68,38 @@ def test_an_older_file_whose_migration_record_lies_is_damaged_not_old_schema(tmp
     path = _old(tmp_path)
     _edit(path, statement)
     _damaged_read_only(tmp_path)
+
+
+def test_a_line_another_tool_appends_during_a_rewrite_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another tool appends a whole line while a delete's replacement is being fsynced: the
+    rename must not drop it (the rewrite is tried again from the file as it then is)."""
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(20):
+        catalog.add(f"note {n} about caching", run_id="keep" if n % 2 else "victim")
+    assert len(catalog.search("caching", limit=100)) == 20
+    real_fsync, real_commit = Replacement._fsync, Replacement.commit
+    pending: list[bytes] = []
+    once = [OTHER]
+
+    def commit(self: Replacement, **options: object) -> object:
+        if self.path == catalog.path and once:
+            pending.append(once.pop())
+        return real_commit(self, **options)  # type: ignore[arg-type]
+
+    def fsync(self: Replacement) -> None:
+        real_fsync(self)
+        if pending:  # the commit's own fsync: the file was read to its end long before
+            with open(catalog.path, "ab") as handle:
+                handle.write(pending.pop())
+
+    monkeypatch.setattr(Replacement, "commit", commit)
+    monkeypatch.setattr(Replacement, "_fsync", fsync)
+    assert catalog.delete_by_run_id("victim") == 10
+    monkeypatch.undo()
+    data = catalog.path.read_bytes()
+    assert OTHER in data, "another tool's line was dropped by the rename"
+    assert b'"victim"' not in data
+    scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    for query in ("caching", "another program", "note"):
+        assert catalog.search(query, limit=100) == scan.search(query, limit=100), query
+    assert catalog.check_index().equal
