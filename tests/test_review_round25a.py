@@ -103,3 +103,35 @@ def test_a_line_another_tool_appends_during_a_rewrite_is_kept(tmp_path: Path, mo
     for query in ("caching", "another program", "note"):
         assert catalog.search(query, limit=100) == scan.search(query, limit=100), query
     assert catalog.check_index().equal
+
+
+def test_a_quarantine_tried_again_appends_each_entry_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrite is tried again when another tool appended meanwhile; the entries already
+    appended to quarantine.jsonl on the first try are not appended a second time."""
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(10):
+        catalog.add(f"note {n} about caching", branch_name="gone" if n % 2 else "kept")
+    real_fsync, real_commit = Replacement._fsync, Replacement.commit
+    pending: list[bytes] = []
+    once = [OTHER]
+
+    def commit(self: Replacement, **options: object) -> object:
+        if self.path == catalog.path and once:
+            pending.append(once.pop())
+        return real_commit(self, **options)  # type: ignore[arg-type]
+
+    def fsync(self: Replacement) -> None:
+        real_fsync(self)
+        if pending:
+            with open(catalog.path, "ab") as handle:
+                handle.write(pending.pop())
+
+    monkeypatch.setattr(Replacement, "commit", commit)
+    monkeypatch.setattr(Replacement, "_fsync", fsync)
+    assert catalog.quarantine_by_branch("gone", "review") == 5
+    monkeypatch.undo()
+    assert not once and OTHER in catalog.path.read_bytes()
+    quarantined = [entry.memory_id for entry in catalog.list_quarantined(limit=100)]
+    assert len(quarantined) == len(set(quarantined)) == 5
+    assert catalog.quarantine_path.read_bytes().count(b"\n") == 5
+    assert b'"gone"' not in catalog.path.read_bytes()
