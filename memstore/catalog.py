@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,14 +251,29 @@ class MemoryCatalog:
         require_str("branch_name", branch_name)
         require_str("reason", reason)
 
+        # What an earlier try appended: a rewrite tried again (another tool wrote to or
+        # replaced the file meanwhile) finds those entries again and must not append them twice.
+        moved: Counter[bytes] = Counter()
+
         def move(entries: builtins.list[MemoryEntry]) -> None:
+            left = moved.copy()
+            fresh = []
+            for entry in entries:
+                key = encode_entry(entry)
+                if left[key] > 0:
+                    left[key] -= 1
+                else:
+                    fresh.append(entry)
+            if not fresh:
+                return
             provenance = {"reason": reason, "original_branch": branch_name, "quarantined_at": utc_now_iso()}
-            lines = encode_entries(entries, quarantine=True, provenance=provenance)
+            lines = encode_entries(fresh, quarantine=True, provenance=provenance)
             for line in lines.splitlines(keepends=True):
                 _readable(line)
             # Durable before memory.jsonl is replaced (under the writer lock): never in neither file.
             with self._group(self.quarantine_path).append(lines, is_whole=_is_whole_line) as pending:
                 pending.commit()
+            moved.update(encode_entry(entry) for entry in fresh)
 
         return len(self._rewrite_without("branch_name", branch_name, before=move))
 
@@ -268,7 +284,7 @@ class MemoryCatalog:
         *,
         before: Callable[[builtins.list[MemoryEntry]], None] | None = None,
     ) -> builtins.list[MemoryEntry]:
-        """:meth:`_rewrite_once`, again from the new file when another tool replaced it meanwhile."""
+        """:meth:`_rewrite_once`, again from the file as it is when another tool replaced or wrote to it meanwhile."""
         from memstore.catalog_rewrite import FileReplacedError
 
         for _attempt in range(REWRITE_ATTEMPTS - 1):

@@ -161,7 +161,7 @@ def finish(
         replacement.write(rest.tail)
         written = replacement.hasher.pack() if replacement.hasher is not None else b""
         _still_at_path(path, st)
-        after = replacement.commit()
+        after = replacement.commit(before_rename=lambda: _not_changed(path, fd, st))
         renamed = replacement.renamed
         direct = replacement.direct_bytes > 0
     finally:
@@ -181,7 +181,7 @@ def finish(
 
 
 class FileReplacedError(StorageError):
-    """Another tool replaced the file while it was being rewritten: nothing was removed."""
+    """Another tool replaced the file, or wrote to it, while it was being rewritten: nothing was removed."""
 
 
 def _still_at_path(path: Path, st: os.stat_result) -> None:
@@ -192,6 +192,18 @@ def _still_at_path(path: Path, st: os.stat_result) -> None:
         raise storage_error("stat", path, exc) from exc
     if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
         message = f"{path} was replaced by another tool during the rewrite; nothing was removed"
+        raise FileReplacedError(errno.EAGAIN, message)
+
+
+def _not_changed(path: Path, fd: int, st: os.stat_result) -> None:
+    """Right before the rename: nothing was appended to (or saved into) the file since it was read.
+
+    Other tools append without memstore's lock; bytes they wrote after ``st`` are in no
+    copy, and the rename would drop them.  The rewrite is then tried again from the file
+    as it is (the window left is this check to the rename, not the final fsync).
+    """
+    if _changed_since(fd, st):
+        message = f"{path} was written by another tool during the rewrite; nothing was removed"
         raise FileReplacedError(errno.EAGAIN, message)
 
 

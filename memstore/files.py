@@ -648,8 +648,11 @@ class Replacement:
             self._direct = None
         os.fsync(self.fd)
 
-    def commit(self) -> os.stat_result:
+    def commit(self, *, before_rename: Callable[[], None] | None = None) -> os.stat_result:
         """fsync, rename over ``path``, fsync the folder; the stat of the new file after its last write.
+
+        ``before_rename`` runs after the fsync, right before the rename; a StorageError it
+        raises discards the temp file and leaves ``path`` as it was.
 
         With ``digest``, :attr:`renamed` is its stat after the rename (which moves its ctime
         on Linux), left None when the temp file's size, mtime or ctime moved after memstore's
@@ -661,6 +664,8 @@ class Replacement:
         def swap() -> os.stat_result:
             self._fsync()
             written = os.fstat(self.fd)
+            if before_rename is not None:
+                before_rename()
             os.replace(self.temp, self.path)
             return written
 
@@ -688,6 +693,9 @@ class Replacement:
             raise storage_error("rewrite", self.path, OSError(errno.EBADF, "the replacement was discarded"))
         try:
             return step()
+        except StorageError:
+            self.discard()
+            raise
         except OSError as exc:
             self.discard()
             raise storage_error("rewrite", self.path, exc) from exc

@@ -62,11 +62,19 @@ def schema_problem(conn: sqlite3.Connection) -> str | None:
 
 def old_schema_problem(conn: sqlite3.Connection, version: int) -> str | None:
     """:func:`schema_problem` for a file at an older schema ``version``: exactly the objects
-    memstore's migrations left at that version (:mod:`memstore.index.old_schemas`)."""
+    memstore's migrations left at that version (:mod:`memstore.index.old_schemas`), and
+    Alembic's own record naming that revision: Alembic migrates from its record, not from
+    ``user_version``, so a record that disagrees makes the migration fail (or skip)."""
     expected = _old_master(version)
     if expected is None:
         return f"schema version {version} was never memstore's"
-    return _difference(sorted(conn.execute(MASTER_SQL), key=_order), list(expected))
+    problem = _difference(sorted(conn.execute(MASTER_SQL), key=_order), list(expected))
+    if problem is not None:
+        return problem
+    revisions = [row[0] for row in conn.execute("SELECT version_num FROM alembic_version")]
+    if revisions != [f"{version:04d}"]:
+        return f"schema version {version}, but its migration record names {revisions!r:.200}"
+    return None
 
 
 @functools.cache
