@@ -313,13 +313,13 @@ class MemoryCatalog:
         from memstore import catalog_rewrite
 
         prepared = catalog_rewrite.prepare(self.path, key=key, value=value)
+        held: HeldWrite | None = None
         try:
             # Catch the index up before taking the writer lock: indexing what others appended
             # can take long on a big file, and every add would wait behind it.  Under the lock
             # only what was appended in between is left to index.
             self._index_for_rewrite()
             fd: int | None = None
-            held: HeldWrite | None = None
             try:
                 with self._lock():
                     remove_stale_temps(self.path)
@@ -331,29 +331,29 @@ class MemoryCatalog:
                     # Readers elsewhere wait for the follow-up instead of rebuilding from the new file.
                     held = index.hold_write() if index is not None else None
                     done = catalog_rewrite.finish(self.path, fd, prepared, key=key, value=value, before=before)
-            except BaseException:
-                if held is not None:
-                    held.release()
-                raise
             finally:
                 if fd is not None:
                     os.close(fd)  # after the lock: freeing a big replaced file takes a while
                 self._group(self.path).release_descriptors()  # the old file's, kept by the last add
-        finally:
             if prepared is not None:
                 prepared.discard()
-        if done is None or index is None:
+                prepared = None
+            if done is None or index is None:
+                return [] if done is None else done.removed
+            try:
+                index.apply_rewrite(done.plan, done.after, held=held)
+            except (IndexUnavailableError, OSError) as exc:
+                # The file is rewritten and durable: the call succeeded.  An index that could not
+                # follow (a read of the new file failed) still names the old file, so the next
+                # query sees it replaced and rebuilds.
+                log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
+            return done.removed
+        finally:
+            # Every way out, the cleanup's own errors (a Ctrl-C while a big file closes) included.
             if held is not None:
-                held.release()
-            return [] if done is None else done.removed
-        try:
-            index.apply_rewrite(done.plan, done.after, held=held)
-        except (IndexUnavailableError, OSError) as exc:
-            # The file is rewritten and durable: the call succeeded.  An index that could not
-            # follow (a read of the new file failed) still names the old file, so the next
-            # query sees it replaced and rebuilds.
-            log.info("index will rebuild after the rewrite of %s: %s", self.path, exc)
-        return done.removed
+                held.release()  # idempotent: the follow-up released it already
+            if prepared is not None:
+                prepared.discard()
 
     def _index_for_rewrite(self) -> CatalogIndex | None:
         """The index, caught up to the file about to be rewritten, or None to let it rebuild later."""

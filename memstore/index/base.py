@@ -146,8 +146,9 @@ class HeldWrite:
         if conn is None:
             return
         try:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
+            # Closed already when the follow-up set a damaged index aside or followed a swapped file.
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
                     conn.execute("ROLLBACK")
         finally:
             self._mutex.release()
