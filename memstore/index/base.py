@@ -21,6 +21,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -154,6 +155,19 @@ class HeldWrite:
             self._mutex.release()
 
 
+_SOURCES: weakref.WeakSet[IndexedSource] = weakref.WeakSet()
+
+
+def _free_mutexes_in_child() -> None:
+    """A fork copies each handle's mutex as it was: one another thread held (a rewrite holds it
+    from before its replace to the end of its follow-up) would never be released in the child."""
+    for source in list(_SOURCES):
+        source._mutex = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_free_mutexes_in_child)
+
+
 class IndexedSource:
     """One canonical file mirrored into the shared index database."""
 
@@ -167,6 +181,7 @@ class IndexedSource:
         self._pid = 0
         self._mutex = threading.RLock()
         self._progress: Progress | None = None
+        _SOURCES.add(self)
 
     # ------------------------------------------------------------------ hooks
 
