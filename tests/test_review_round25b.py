@@ -422,3 +422,37 @@ def test_a_child_forked_while_a_delete_holds_the_index_answers_promptly(
     status, seconds = _fork_during_delete(tmp_path, monkeypatch)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert 0 <= seconds < 5
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, sqlite3.OperationalError])
+def test_an_error_right_after_the_hold_began_rolls_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: type[BaseException]
+) -> None:
+    """hold_write's BEGIN IMMEDIATE succeeded and the next statement (restoring the busy timeout)
+    raised: the mutex was released with the transaction still open on the handle's connection,
+    which kept the index's write lock from every other writer for the handle's life."""
+    from memstore.index import db
+    from memstore.index.settings import BUSY_TIMEOUT_MS
+
+    catalog = _seed(tmp_path, 300)
+    real_execute = db.LockedConnection.execute
+    last: list[str] = [""]
+    raised: list[bool] = []
+
+    def execute(conn: Any, sql: str, *args: Any) -> Any:
+        if sql == f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}" and last[0] == "BEGIN IMMEDIATE" and not raised:
+            raised.append(True)
+            raise error("interrupted")
+        last[0] = sql
+        return real_execute(conn, sql, *args)
+
+    monkeypatch.setattr(db.LockedConnection, "execute", execute)
+    if error is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            catalog.delete_by_branch("gone")
+    else:  # the hold is given up and the follow-up runs as before
+        assert catalog.delete_by_branch("gone") == _gone(300)
+    monkeypatch.undo()
+    assert raised
+    _index_write_is_free(catalog)
+    _as_a_scan(tmp_path)

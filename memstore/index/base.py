@@ -387,6 +387,7 @@ class IndexedSource:
         :meth:`HeldWrite.release`.
         """
         self._mutex.acquire()
+        conn: sqlite3.Connection | None = None
         try:
             conn = self._connection()
             if conn.in_transaction:
@@ -397,11 +398,14 @@ class IndexedSource:
                 conn.execute("BEGIN IMMEDIATE")
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        except (*DatabaseFault, OSError, IndexUnavailableError):  # busy (another writer), or unusable:
-            self._mutex.release()  # the follow-up runs as before
-            return None
-        except BaseException:
-            self._mutex.release()
+        except BaseException as exc:
+            # Begun already when restoring the timeout failed: never leave it open behind the mutex.
+            if conn is None:
+                self._mutex.release()
+            else:
+                HeldWrite(conn, self._mutex).release()
+            if isinstance(exc, (*DatabaseFault, OSError, IndexUnavailableError)):
+                return None  # busy (another writer), or unusable: the follow-up runs as before
             raise
         return HeldWrite(conn, self._mutex)
 
