@@ -456,3 +456,34 @@ def test_an_error_right_after_the_hold_began_rolls_it_back(
     assert raised
     _index_write_is_free(catalog)
     _as_a_scan(tmp_path)
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_a_reader_between_the_replace_and_the_follow_up_answers_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, readonly: bool
+) -> None:
+    """Another handle (the CLI's reads are read-only) searching between the replace and the
+    follow-up answers what a scan of the new file does, and nothing waits for ever."""
+    catalog = _seed(tmp_path, 900)
+    reader = MemoryCatalog(tmp_path, readonly=readonly)
+    assert reader.search("note", limit=1)
+    real_replace = files.os.replace
+    answers: list[Any] = []
+    threads: list[threading.Thread] = []
+
+    def replace(src: Any, dst: Any) -> None:
+        real_replace(src, dst)
+        if Path(dst) == catalog.path and not threads:
+            threads.append(threading.Thread(target=lambda: answers.append(reader.search("word3", limit=10_000))))
+            threads[0].start()
+            threads[0].join(0.3)
+
+    monkeypatch.setattr(files.os, "replace", replace)
+    catalog.delete_by_branch("gone")
+    threads[0].join(30)
+    monkeypatch.undo()
+    assert not threads[0].is_alive()
+    scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    assert answers == [scan.search("word3", limit=10_000)]
+    assert reader.search("word0 note", limit=10_000) == scan.search("word0 note", limit=10_000)
+    _as_a_scan(tmp_path)
