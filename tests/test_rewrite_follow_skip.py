@@ -27,8 +27,12 @@ from memstore.jsonl import encode_entries
 from memstore.kept_copy import KeptCopy
 
 
-def _needs_fine_ctime(folder: Path) -> None:
-    """The shortcut is taken only where a change right after a stat always moves ctime."""
+def _needs_fine_ctime(folder: Path, pin: pytest.MonkeyPatch | None = None) -> None:
+    """The shortcut is taken only where a change right after a stat always moves ctime.
+
+    With ``pin``, the rewrite's own probe then gives this verdict too: on a loaded machine a
+    preempted probe declines the shortcut (the follow-up reads the file back: exact, but not
+    the path these tests force)."""
     fd = os.open(folder / "ctime-probe", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         if not files.ctime_moves_at_once(fd):
@@ -36,6 +40,8 @@ def _needs_fine_ctime(folder: Path) -> None:
     finally:
         os.close(fd)
         os.unlink(folder / "ctime-probe")
+    if pin is not None:
+        pin.setattr(files, "ctime_moves_at_once", lambda fd: True)
 
 
 def _scan(root: Path) -> MemoryCatalog:
@@ -103,7 +109,7 @@ def _answers_as_a_scan(root: Path, catalog: MemoryCatalog) -> None:
 def test_an_untouched_rewritten_file_is_not_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """About 20 MB written: the follow-up reads the sampled blocks and the partial one, not the file,
     records the rewrite's own digest (equal to a read-back) and counts one chained catch-up."""
-    _needs_fine_ctime(tmp_path)
+    _needs_fine_ctime(tmp_path, monkeypatch)
     catalog = _seed(tmp_path, 10_000)
     resumes = _recorded(catalog).resumes
     follow = _Follow(monkeypatch)
@@ -224,7 +230,7 @@ def test_a_file_changed_between_its_last_write_and_the_rename_gives_no_identity(
 ) -> None:
     """Only ctime may differ between the stat after the last write and the one after the rename:
     an mtime set back by another tool right after the rename leaves no identity to vouch with."""
-    _needs_fine_ctime(tmp_path)
+    _needs_fine_ctime(tmp_path, monkeypatch)
     path = tmp_path / "f"
     path.write_bytes(b"old\n")
     real_replace = os.replace
@@ -284,7 +290,7 @@ def test_the_digest_is_of_the_bytes_written_not_of_what_the_scan_read(
     copy re-reads it (the first dropped line lies past it).  The new file holds the edited bytes;
     the digest the follow-up trusts must be theirs, or the index would vouch for bytes it never
     saw.  The rewrite is redone under the lock, and the shortcut's digest equals a read-back."""
-    _needs_fine_ctime(tmp_path)
+    _needs_fine_ctime(tmp_path, monkeypatch)
     catalog = _seed(tmp_path, 6000, first_gone=5000)
     real_open = KeptCopy._open_at
     edited: list[int] = []
@@ -332,6 +338,7 @@ def test_followed_rewrites_answer_as_a_scan(tmp_path_factory: pytest.TempPathFac
     catalog.path.write_bytes(b"".join(line + b"\n" for line in lines))
     assert catalog.search("note", limit=1) is not None
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "ctime_moves_at_once", lambda fd: True)  # fine here (checked above)
         follow = _Follow(patch)
         removed = catalog.delete_by_branch("gone")
     assert removed == layout.count("gone")
