@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import types
 from pathlib import Path
 from typing import Any
 
@@ -380,34 +379,3 @@ def test_the_ctime_probe_tells_a_ctime_that_does_not_move(tmp_path: Path, monkey
         os.close(fd)
     assert isinstance(moves, bool)
 
-
-@pytest.mark.parametrize(
-    ("steps", "fine"),
-    [
-        ((9_000_000, 800_000, 9_000_000, 2_000), True),  # the first second step slow (GIL, preemption): tried again
-        ((9_000_000, 800_000, 0), False),  # tried again: a coarse pair stays equal
-        ((9_000_000, 1_000_000) * 3, False),  # slow every time: no shortcut
-        ((9_000_000, 2_000), True),
-    ],
-)
-def test_a_slow_second_step_of_the_ctime_probe_is_tried_again(
-    monkeypatch: pytest.MonkeyPatch, steps: tuple[int, ...], fine: bool
-) -> None:
-    """A thread holding the GIL (or a preemption) between the probe's calls made its second step take
-    over 0.5 ms on a fine ctime: the rewrite then gave no ``renamed`` stat and its follow-up read the
-    whole file back.  A slow step proves nothing either way, so the probe is tried again."""
-    ctime, moves = [1_000_000_000_000], iter(steps)
-    real_fstat, real_fchmod = os.fstat, os.fchmod
-
-    def fstat(fd: int) -> object:
-        return types.SimpleNamespace(st_mode=0o100644, st_ctime_ns=ctime[0]) if fd == -1 else real_fstat(fd)
-
-    def fchmod(fd: int, mode: int) -> None:
-        if fd != -1:
-            return real_fchmod(fd, mode)
-        ctime[0] += next(moves)
-        return None
-
-    monkeypatch.setattr(files.os, "fstat", fstat)
-    monkeypatch.setattr(files.os, "fchmod", fchmod)
-    assert files.ctime_moves_at_once(-1) is fine
