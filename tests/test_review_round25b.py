@@ -20,18 +20,7 @@ from memstore.catalog import MemoryCatalog
 from memstore.group_commit import GroupCommit
 from memstore.index.catalog_index import CatalogIndex
 from memstore.jsonl import encode_entries
-
-
-def _seed(root: Path, count: int) -> MemoryCatalog:
-    catalog = MemoryCatalog(root)
-    entries = [
-        catalog._new_entry(f"note {n} word{n % 5}", (), "gone" if n % 7 == 3 else "kept", None) for n in range(count)
-    ]
-    catalog.path.parent.mkdir(parents=True, exist_ok=True)
-    with open(catalog.path, "ab") as handle:
-        handle.write(encode_entries(entries))
-    assert catalog.search("note", limit=1)  # built
-    return catalog
+from tests.test_rewrite_held_follow import _seed
 
 
 def _gone(count: int) -> int:
