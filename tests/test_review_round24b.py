@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -160,9 +161,9 @@ def test_an_edit_of_the_new_file_before_its_rename_is_not_vouched_for(
     catalog = _seed(tmp_path, 10_000)
     real_commit = Replacement.commit
 
-    def commit(replacement: Replacement) -> os.stat_result:
+    def commit(replacement: Replacement, **options: Any) -> os.stat_result:
         _unsampled_edit(replacement.temp)
-        return real_commit(replacement)
+        return real_commit(replacement, **options)
 
     monkeypatch.setattr(Replacement, "commit", commit)
     assert catalog.delete_by_branch("gone") == len(range(7, 10_000, 7))
