@@ -122,7 +122,9 @@ def _scan_block(
         while hit >= 0:
             starts.add(data.rfind(b"\n", 0, hit) + 1)
             end = data.find(b"\n", hit, size)
-            hit = data.find(needle, end, size) if end >= 0 else -1
+            # Past the newline: a value that starts with one (a raw newline is never inside a
+            # line, so such a match is no line's) found itself there again, for ever.
+            hit = data.find(needle, end + 1, size) if end >= 0 else -1
     letters, escape = _escapes_for(value)
     hit = data.find(b"\\", 0, size)  # memchr over the stretches without escapes, then the pattern
     while hit >= 0:

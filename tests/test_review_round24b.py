@@ -222,3 +222,24 @@ def test_an_edit_right_after_the_rename_with_mtime_restored_is_not_vouched_for(
     assert catalog.delete_by_branch("gone") == len(range(7, 10_000, 7))
     monkeypatch.undo()
     _answers_as_a_scan(tmp_path)
+
+
+@pytest.mark.parametrize("value", ["\n", "\nmain", "a\n", "\n\n"])
+def test_a_value_with_a_raw_newline_ends_the_scan(tmp_path: Path, value: str) -> None:
+    """The removal scan's search for the value's bytes found a value that starts with a newline at the
+    line's own end again and again: ``delete_by_branch("\\n")`` spun for ever (seen as a 1-in-7 hang
+    of the property above).  A raw newline is never inside a line: only the escape ``\\n`` spells it."""
+    catalog = MemoryCatalog(tmp_path)
+    catalog.add("kept note", branch_name="main")
+    catalog.add("gone note", branch_name=value)
+    catalog.add("other note", branch_name="other")
+    raw = catalog.path.read_bytes()
+    fd = os.open(catalog.path, os.O_RDONLY)
+    try:
+        for block in (5, 64, 1 << 20):
+            scan = scan_for_removal(fd, len(raw), key="branch_name", value=value, block=block)
+            assert sorted(scan.removed_starts) == _reference(fd, len(raw), "branch_name", value)
+    finally:
+        os.close(fd)
+    assert catalog.delete_by_branch(value) == 1
+    assert [entry.content for entry in catalog.list(limit=10)] == ["other note", "kept note"]
