@@ -344,13 +344,14 @@ class GroupCommit:
         A writer records a claim under the lock; lowered under it too, no claim on the cut
         bytes can land after the cut, where new lines will take their offsets.  With
         ``unless_changed_since``, a file another tool changed since that stat is not cut:
-        it may have appended past the bytes the caller copied aside.
+        it may have appended past the bytes the caller copied aside.  That check comes last,
+        right before the cut: another program's append after it is lost with the cut, and
+        no system call truncates only a file that did not change, so the window is kept to
+        the two calls.  A record lowered for a cut then refused costs nothing: memstore's
+        own appends all end before the torn line (they are made under the writer lock, which
+        the caller holds), so no offset past it is one of theirs.
         """
         with _Locked(sync_fd, self.sync_path):
-            if unless_changed_since is not None:
-                now = os.fstat(fd)
-                if (now.st_size, now.st_ctime_ns) != (unless_changed_since.st_size, unless_changed_since.st_ctime_ns):
-                    raise OSError(errno.EAGAIN, "changed by another program while its torn last line was set aside")
             record = SyncRecord.read(sync_fd) or SyncRecord()
             record.cut(st.st_dev, st.st_ino, size)
             try:
@@ -359,6 +360,10 @@ class GroupCommit:
                 record.write(sync_fd)
             except OSError as exc:
                 raise storage_error("update the sync record", self.sync_path, exc) from exc
+            if unless_changed_since is not None:
+                now = os.fstat(fd)
+                if (now.st_size, now.st_ctime_ns) != (unless_changed_since.st_size, unless_changed_since.st_ctime_ns):
+                    raise OSError(errno.EAGAIN, "changed by another program while its torn last line was set aside")
             os.ftruncate(fd, size)
 
     # ------------------------------------------------------------- after the writer lock
