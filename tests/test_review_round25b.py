@@ -208,11 +208,6 @@ def test_quarantine_retry_moves_an_entry_of_the_branch_another_tool_appended(
     _as_a_scan(tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: a quarantine refused by another tool's appends (FileReplacedError after its tries) "
-    "leaves every entry in the quarantine file; the call tried again appends each a second time",
-)
 def test_quarantine_called_again_after_it_was_refused_records_each_entry_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
