@@ -393,11 +393,6 @@ def test_a_child_forked_while_a_delete_holds_the_index_searches(
     assert os.WEXITSTATUS(status) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: a child forked while another thread holds the index's write transaction waits the "
-    "whole busy timeout (10 s) on every search that must catch up, then answers from a scan",
-)
 def test_a_child_forked_while_a_delete_holds_the_index_answers_promptly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
