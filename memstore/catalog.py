@@ -256,7 +256,7 @@ class MemoryCatalog:
         def move(entries: builtins.list[MemoryEntry]) -> None:
             # Under the writer lock, which every writer of the quarantine file takes: what it
             # records now stays recorded until the replace (an earlier try's or call's records too).
-            recorded = quarantine_records.recorded_of_branch(self.quarantine_path, branch_name)
+            recorded = quarantine_records.recorded_among(self.quarantine_path, entries)
             fresh = quarantine_records.not_yet_recorded(entries, recorded)
             if not fresh:
                 return

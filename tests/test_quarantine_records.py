@@ -212,3 +212,42 @@ def test_readers_of_a_quarantine_file_with_an_entry_recorded_twice(tmp_path: Pat
     assert catalog.quarantine_path.read_bytes() == first + second
     findings = [finding for finding in diagnose(tmp_path).findings if finding.kind == "duplicate-id"]
     assert len(findings) == 1 and findings[0].file.endswith("memory-quarantine.jsonl")
+
+
+def _spellings(entry: MemoryEntry) -> list[bytes]:
+    """Lines other writers may have used for a record of ``entry`` (and some that are not one)."""
+    fields = entry.to_dict()
+    escaped_id = "".join(f"\\u{ord(char):04x}" for char in entry.memory_id)
+    canonical = encode_entries([entry], quarantine=True, provenance={"reason": "r"}).rstrip(b"\n")
+    return [
+        canonical,
+        json.dumps({**fields, "provenance": {"memory_id": "someone else"}}, indent=1).replace("\n", " ").encode(),
+        canonical.replace(b'"memory_id"', b'"memory\\u005fid"'),
+        canonical.replace(f'"{entry.memory_id}"'.encode(), f'"{escaped_id}"'.encode()),
+        canonical.replace(f'"{entry.memory_id}"'.encode(), f'" {entry.memory_id} "'.encode()),
+        canonical.replace(b'"memory_id": ', b'"memory_id" :\t'),
+        json.dumps({**fields, "content": "other text"}).encode(),
+        json.dumps({**fields, "memory_id": "x" + entry.memory_id}).encode(),
+        json.dumps({"provenance": {"memory_id": entry.memory_id}, "content": "no entry"}).encode(),
+        canonical[:-5],
+        b"",
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(picks=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 10)), max_size=30))
+def test_the_records_found_are_the_lines_every_reader_reads_as_the_entries(picks: list[tuple[int, int]]) -> None:
+    """The prefilter only saves parsing: what it finds equals parsing every line as readers do."""
+    from memstore.quarantine_records import entry_key, recorded_among
+
+    with tempfile.TemporaryDirectory() as tmp:
+        catalog = MemoryCatalog(Path(tmp))
+        entries = [_entry(catalog, n, "gone") for n in range(3)]
+        lines = [_spellings(entries[which])[spelling] for which, spelling in picks]
+        catalog.quarantine_path.parent.mkdir(parents=True, exist_ok=True)
+        catalog.quarantine_path.write_bytes(b"".join(line + b"\n" for line in lines))
+        read = Counter(encode_entry(entry) for entry in catalog.list_quarantined(limit=1000))
+        asked = entries[:2]
+        assert recorded_among(catalog.quarantine_path, asked) == {
+            entry_key(entry): read[entry_key(entry)] for entry in asked if read[entry_key(entry)]
+        }
