@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from memstore import catalog_rewrite
 from memstore.catalog import MemoryCatalog
 from memstore.catalog_rewrite import FileReplacedError
-from memstore.doctor import diagnose
+from memstore.doctor import diagnose, repair
 from memstore.jsonl import decode_entry, encode_entries, encode_entry
 from memstore.models import MemoryEntry
 
@@ -211,7 +211,25 @@ def test_readers_of_a_quarantine_file_with_an_entry_recorded_twice(tmp_path: Pat
     assert catalog.quarantine_by_branch("gone", "again") == 1
     assert catalog.quarantine_path.read_bytes() == first + second
     findings = [finding for finding in diagnose(tmp_path).findings if finding.kind == "duplicate-id"]
-    assert len(findings) == 1 and findings[0].file.endswith("memory-quarantine.jsonl")
+    assert len(findings) == 1 and findings[0].file.endswith("memory-quarantine.jsonl") and findings[0].fixable
+    assert "recorded again" in findings[0].detail
+    repair(tmp_path)
+    assert catalog.quarantine_path.read_bytes() == first  # the first record stands for the move
+    assert catalog.list_quarantined(limit=10) == [entry]
+    assert diagnose(tmp_path).healthy
+
+
+def test_doctor_keeps_two_records_of_one_entry_that_say_different_things(tmp_path: Path) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    entry = _entry(catalog, 1, "gone")
+    catalog = _store(tmp_path, [])
+    records = encode_entries([entry], quarantine=True, provenance={"reason": "a", "quarantined_at": "1"})
+    records += encode_entries([entry], quarantine=True, provenance={"reason": "b", "quarantined_at": "2"})
+    catalog.quarantine_path.write_bytes(records)
+    findings = [finding for finding in diagnose(tmp_path).findings if finding.kind == "duplicate-id"]
+    assert len(findings) == 1 and not findings[0].fixable and "(different)" in findings[0].detail
+    repair(tmp_path)
+    assert catalog.quarantine_path.read_bytes() == records
 
 
 def _spellings(entry: MemoryEntry) -> list[bytes]:
