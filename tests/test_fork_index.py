@@ -180,3 +180,33 @@ def test_a_child_forked_during_the_first_build_does_not_open_the_file_built(
     assert found["same"] and found["refused"]
     assert 0 <= found["seconds"] < 5
     assert catalog.check_index().equal
+
+
+def test_a_connection_in_a_transaction_at_the_fork_is_never_closed_in_the_child(tmp_path: Path) -> None:
+    """The thread that forked had the transaction open itself: no other thread's frame keeps the
+    connection, and the handle forgets it in the child.  Closing it would roll back a write
+    transaction, rewinding the -shm every process shares; it stays open (and unused)."""
+    import gc
+    import weakref
+
+    catalog = _seed(tmp_path, 300)
+    index = catalog._index.index()
+    assert index is not None
+    conn = index._connection()
+    conn.execute("BEGIN IMMEDIATE")
+    watched = weakref.ref(conn)
+    del conn
+
+    def child() -> dict[str, Any]:
+        found = _searches(catalog, tmp_path)  # the handle lets go of the inherited connection
+        gc.collect()
+        inherited = watched()
+        return {**found, "alive": inherited is not None and inherited.in_transaction}
+
+    try:
+        found = _in_child(tmp_path, child)
+    finally:
+        index._conn.execute("ROLLBACK")  # type: ignore[union-attr]
+    assert found["alive"] and found["refused"] and found["same"]
+    assert 0 <= found["seconds"] < 5
+    assert catalog.check_index().equal

@@ -38,6 +38,8 @@ _OPEN: weakref.WeakKeyDictionary[sqlite3.Connection, Generation] = weakref.WeakK
 """This process's index connections, with the file (dev, ino) each has open."""
 _BUILDING: Counter[Generation] = Counter()
 """Files a build is writing now (a temp file, renamed into place when done)."""
+_KEPT: list[sqlite3.Connection] = []
+"""Inherited connections that were in a transaction at the fork (see :func:`_never_closed`)."""
 _REFUSED: set[Generation] = set()
 """Files this process was forked while its parent (or an earlier ancestor) was using."""
 
@@ -70,13 +72,32 @@ def refuses(generation: Generation) -> bool:
     return generation in _REFUSED
 
 
+def _never_closed(conn: sqlite3.Connection) -> None:
+    """Keep ``conn`` alive for the child's whole life, its exit included.
+
+    CPython closes a connection when its last reference goes (a handle forgets the one
+    it inherited; module globals are cleared at exit), and closing one inside a write
+    transaction rolls it back: that rewinds the ``-shm`` hash tables every process of the
+    index shares, under a writer (the parent, or another process by then) still using them.
+    One reference is taken that nothing ever drops.
+    """
+    try:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(conn))
+    except (ImportError, AttributeError):  # no ctypes here: kept until the exit at least
+        _KEPT.append(conn)
+
+
 def _after_fork_in_child() -> None:
     for conn, generation in list(_OPEN.items()):
         try:
-            if conn.in_transaction:  # reads SQLite's autocommit flag only: no lock, no I/O
-                _REFUSED.add(generation)
+            busy = conn.in_transaction  # reads SQLite's autocommit flag only: no lock, no I/O
         except sqlite3.Error:
             continue  # closed
+        if busy:
+            _REFUSED.add(generation)
+            _never_closed(conn)
     _REFUSED.update(_BUILDING)
 
 
