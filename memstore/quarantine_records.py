@@ -1,4 +1,4 @@
-"""Which entries of a branch the quarantine file records already: a move is never recorded twice.
+"""Which of the entries a quarantine moves the quarantine file records already: none is recorded twice.
 
 ``quarantine_by_branch`` appends the entries durably before it replaces memory.jsonl.
 When the replace is refused (another tool kept writing the file) or the process dies in
