@@ -12,7 +12,6 @@ import contextlib
 import functools
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,25 +244,20 @@ class MemoryCatalog:
     def quarantine_by_branch(self, branch_name: str, reason: str) -> int:
         """Move a branch's entries to quarantine: appended there first, then removed here.
 
-        A crash between the two steps leaves the entries in both files, never in neither.
+        A crash between the two steps, or a replace another tool's writes kept refusing,
+        leaves the entries in both files, never in neither; the call tried again (or any
+        later one) finds them recorded and only removes them here, so each is recorded once.
         """
         self._require_writable("quarantine memory")
         require_str("branch_name", branch_name)
         require_str("reason", reason)
-
-        # What an earlier try appended: a rewrite tried again (another tool wrote to or
-        # replaced the file meanwhile) finds those entries again and must not append them twice.
-        moved: Counter[bytes] = Counter()
+        from memstore import quarantine_records
 
         def move(entries: builtins.list[MemoryEntry]) -> None:
-            left = moved.copy()
-            fresh = []
-            for entry in entries:
-                key = encode_entry(entry)
-                if left[key] > 0:
-                    left[key] -= 1
-                else:
-                    fresh.append(entry)
+            # Under the writer lock, which every writer of the quarantine file takes: what it
+            # records now stays recorded until the replace (an earlier try's or call's records too).
+            recorded = quarantine_records.recorded_among(self.quarantine_path, entries)
+            fresh = quarantine_records.not_yet_recorded(entries, recorded)
             if not fresh:
                 return
             provenance = {"reason": reason, "original_branch": branch_name, "quarantined_at": utc_now_iso()}
@@ -273,7 +267,6 @@ class MemoryCatalog:
             # Durable before memory.jsonl is replaced (under the writer lock): never in neither file.
             with self._group(self.quarantine_path).append(lines, is_whole=_is_whole_line) as pending:
                 pending.commit()
-            moved.update(encode_entry(entry) for entry in fresh)
 
         return len(self._rewrite_without("branch_name", branch_name, before=move))
 

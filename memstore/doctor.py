@@ -178,13 +178,15 @@ def _entry_ids(path: Path) -> set[str]:
 
 
 def _check_catalog_file(
-    path: Path, name: str, report: list[Finding], *, quarantine: Path | None = None
+    path: Path, name: str, report: list[Finding], *, quarantine: Path | None = None, records: bool = False
 ) -> list[bytes] | None:
     """Findings for a JSONL catalog file; returns the repaired content's lines (None when nothing to fix).
 
     With ``quarantine`` (memory.jsonl), an entry whose id is also quarantined is one a
     union merge brought back next to the other side's append: the quarantine holds it,
-    so it leaves memory.jsonl.
+    so it leaves memory.jsonl.  With ``records`` (the quarantine file), a second record of
+    one move (the entry, reason and branch all the same, only the time differs: a call
+    tried again once recorded its entries again) is a duplicate the first one stands for.
     """
     quarantined = _entry_ids(quarantine) if quarantine is not None else set()
     kept: list[bytes] = []
@@ -228,15 +230,18 @@ def _check_catalog_file(
         seen = first_line.get(entry.memory_id)
         if seen is not None:
             same = seen[1] == payload  # the whole record, quarantine provenance included
+            again = not same and records and _untimed(seen[1]) == _untimed(payload)
+            kind = " (identical)" if same else " (the same move, recorded again later)" if again else " (different)"
             report.append(
                 Finding(
                     "duplicate-id",
                     name,
                     line.number,
-                    f"id {entry.memory_id} also on line {seen[0]}" + (" (identical)" if same else " (different)"),
-                    fixable=same,
+                    f"id {entry.memory_id} also on line {seen[0]}{kind}",
+                    fixable=same or again,
                 )
             )
+            same = same or again
             if same:
                 change = True
                 continue
@@ -247,6 +252,14 @@ def _check_catalog_file(
         report.append(Finding("missing-newline", name, last.number, "file does not end with a newline"))
         change = True
     return kept if change else None
+
+
+def _untimed(payload: Any) -> Any:
+    """A quarantine record without the time it was made."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("provenance"), dict):
+        return payload
+    provenance = {key: value for key, value in payload["provenance"].items() if key != "quarantined_at"}
+    return {**payload, "provenance": provenance}
 
 
 def _check_team_file(path: Path, name: str, report: list[Finding]) -> list[bytes] | None:
@@ -460,7 +473,9 @@ def _targets(root: Path) -> list[_Target]:
             functools.partial(_check_catalog_file, quarantine=store / QUARANTINE_FILE),
             _lines_bytes,
         ),
-        _Target(store / QUARANTINE_FILE, memory_lock, _check_catalog_file, _lines_bytes),
+        _Target(
+            store / QUARANTINE_FILE, memory_lock, functools.partial(_check_catalog_file, records=True), _lines_bytes
+        ),
         _Target(store / TEAM_FILE, store / TEAM_LOCK, _check_team_file, _lines_bytes),
         _Target(memory / FAILURES_FILE, memory / FAILURES_LOCK, _check_array_file, encode_array),
         _Target(memory / PINNED_FILE, memory / PINNED_LOCK, _check_array_file, encode_array),

@@ -208,11 +208,6 @@ def test_quarantine_retry_moves_an_entry_of_the_branch_another_tool_appended(
     _as_a_scan(tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: a quarantine refused by another tool's appends (FileReplacedError after its tries) "
-    "leaves every entry in the quarantine file; the call tried again appends each a second time",
-)
 def test_quarantine_called_again_after_it_was_refused_records_each_entry_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -398,11 +393,6 @@ def test_a_child_forked_while_a_delete_holds_the_index_searches(
     assert os.WEXITSTATUS(status) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review: a child forked while another thread holds the index's write transaction waits the "
-    "whole busy timeout (10 s) on every search that must catch up, then answers from a scan",
-)
 def test_a_child_forked_while_a_delete_holds_the_index_answers_promptly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 from memstore.append_chain import AppendChain
 from memstore.errors import IndexUnavailableError
 from memstore.files import open_for_read
+from memstore.index import fork_state
 from memstore.index.db import (
     DatabaseFault,
     IndexBusyError,
@@ -160,9 +161,19 @@ _SOURCES: weakref.WeakSet[IndexedSource] = weakref.WeakSet()
 
 def _free_mutexes_in_child() -> None:
     """A fork copies each handle's mutex as it was: one another thread held (a rewrite holds it
-    from before its replace to the end of its follow-up) would never be released in the child."""
+    from before its replace to the end of its follow-up) would never be released in the child.
+
+    That thread was using the index file, maybe mid-statement: the child does not open it
+    (:mod:`memstore.index.fork_state`).
+    """
     for source in list(_SOURCES):
-        source._mutex = threading.RLock()
+        mutex, source._mutex = source._mutex, threading.RLock()
+        if mutex.acquire(blocking=False):  # free, or held by the thread that forked (it goes on here)
+            mutex.release()
+            continue
+        fork_state.in_use_at_fork(source._generation)
+        with contextlib.suppress(OSError):
+            fork_state.in_use_at_fork(source.file.generation())  # being connected to
 
 
 os.register_at_fork(after_in_child=_free_mutexes_in_child)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from memstore.errors import IndexMigrationPendingError, IndexUnavailableError, LockError, MemstoreError
 from memstore.files import DEFAULT_FILE_MODE, PRIVATE_FILE_MODE, FileLock, ensure_dir, fsync_dir
+from memstore.index import fork_state
 from memstore.index.schema_sql import CREATE_STATEMENTS
 from memstore.index.settings import BUSY_TIMEOUT_MS, SCHEMA_REVISION, SCHEMA_VERSION
 from memstore.index.trust import Generation, old_schema_problem, origin_problem, record_origin, schema_problem
@@ -232,6 +233,11 @@ class IndexFile:
             if not stat.S_ISREG(st.st_mode):
                 self.set_aside("not a regular file (a symlink is never followed)", expected=_identity(st))
                 continue
+            if fork_state.refuses(_identity(st)):
+                raise IndexBusyError(
+                    f"the index at {self.path} was in use by the process this one was forked from; "
+                    "its locks cannot be told from this process's (answering from a scan)"
+                )
             self._drop_linked_sidecars()
             held, leftover = self._hold_open_lock()
             if leftover is not None:
@@ -271,6 +277,7 @@ class IndexFile:
                 conn.close()  # another process swapped a file in while this one was read: look again
                 continue
             if verdict is None:
+                fork_state.track(conn, _identity(st))
                 return conn, _identity(st)
             conn.close()
             if verdict is _Verdict.MIGRATE:
@@ -478,6 +485,16 @@ class IndexFile:
     def _build_into(self, tmp: Path, populate: Populate | None) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, self._mode)
         os.close(fd)
+        with fork_state.building(_identity(os.lstat(tmp))):
+            self._populate_into(tmp, populate)
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _populate_into(tmp: Path, populate: Populate | None) -> None:
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
             conn.execute("PRAGMA trusted_schema = OFF")
@@ -494,11 +511,6 @@ class IndexFile:
             conn.execute("PRAGMA journal_mode = WAL")
         finally:
             conn.close()
-        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _migrate(self, expected: Generation) -> None:
         if self.readonly:
