@@ -9,12 +9,7 @@ file, and records written by older memstore versions or other tools count as rec
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,6 +24,7 @@ from memstore.catalog_rewrite import FileReplacedError
 from memstore.doctor import diagnose, repair
 from memstore.jsonl import decode_entry, encode_entries, encode_entry
 from memstore.models import MemoryEntry
+from tests.killed_child import kill_when_ready
 
 
 def _store(root: Path, lines: list[bytes]) -> MemoryCatalog:
@@ -175,15 +171,7 @@ def test_a_quarantine_killed_before_its_replace_and_called_again(tmp_path: Path)
     catalog = MemoryCatalog(tmp_path)
     gone = [_entry(catalog, n, "gone") for n in range(5)]
     catalog = _store(tmp_path, [encode_entry(entry) for entry in gone] + [encode_entry(_entry(catalog, 9, "kept"))])
-    child = subprocess.Popen([sys.executable, "-c", _KILLED, str(tmp_path)])
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "READY").exists():
-            assert child.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.wait(30)
+    kill_when_ready(_KILLED, str(tmp_path), ready=tmp_path / "READY")
     wanted = Counter(encode_entry(entry) for entry in gone)
     assert _keys(catalog.quarantine_path) == wanted  # in both files
     assert MemoryCatalog(tmp_path).quarantine_by_branch("gone", "again") == 5

@@ -20,6 +20,7 @@ from memstore.catalog import MemoryCatalog
 from memstore.group_commit import GroupCommit
 from memstore.index.catalog_index import CatalogIndex
 from memstore.jsonl import encode_entries
+from tests.killed_child import kill_when_ready
 from tests.test_rewrite_held_follow import _seed
 
 
@@ -267,22 +268,8 @@ catalog.delete_by_branch("gone")
 def test_a_delete_killed_while_it_holds_the_index_transaction(tmp_path: Path, where: str) -> None:
     """SIGKILL while the index's write transaction is held: the next process answers exactly,
     and the store takes writes (another delete) at once."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
     _seed(tmp_path, 900)
-    child = subprocess.Popen([sys.executable, "-c", _KILLED_CHILD, str(tmp_path), where])
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "READY").exists():
-            assert child.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
-        os.kill(child.pid, signal.SIGKILL)
-    finally:
-        child.wait(30)
+    kill_when_ready(_KILLED_CHILD, str(tmp_path), where, ready=tmp_path / "READY")
     _as_a_scan(tmp_path)
     catalog = MemoryCatalog(tmp_path)
     expected = 0 if where == "after replace" else _gone(900)
