@@ -1,0 +1,215 @@
+"""Review round 26a: the removal scan of delete_by_branch / delete_by_run_id / quarantine_by_branch, attacked.
+
+The reference is the reader: :func:`memstore.scan.scan_fd` (what ``MemoryCatalog(...,
+use_index=False)`` lists), over the lines :func:`memstore.files.iter_raw_lines` splits.
+A removal must drop exactly the entries it sees with the value (and blank lines), keep
+every other line byte for byte, and leave an index that answers as a scan does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memstore.files
+from memstore import rewrite_scan
+from memstore.catalog import MemoryCatalog
+from memstore.files import iter_raw_lines
+from memstore.jsonl import is_blank
+from memstore.rewrite_scan import scan_for_removal
+from memstore.scan import scan_fd
+
+TARGET = "feature/x"
+SMALL_MAX = 160
+"""MAX_LINE_BYTES for the tests that need lines longer than a reader takes (the real one is 64 MiB)."""
+
+
+def _reader_view(fd: int, size: int, key: str, value: str) -> tuple[list[int], bytes]:
+    """The starts of the lines a reader sees as entries with ``key == value``, and the file without them
+    (nor blank lines), every line ending in a newline."""
+    removed = [item.order for item in scan_fd(fd, size=size).entries if getattr(item.entry, key) == value]
+    kept = []
+    for raw in iter_raw_lines(fd, stop=size):
+        if raw.start in removed or is_blank(raw.data):
+            continue
+        kept.append(os.pread(fd, raw.end - raw.start, raw.start).removesuffix(b"\n") + b"\n")
+    return removed, b"".join(kept)
+
+
+def _scanned(fd: int, size: int, key: str, value: str, block: int) -> tuple[list[int], bytes]:
+    scan = scan_for_removal(fd, size, key=key, value=value, block=block)
+    kept = b"".join(os.pread(fd, end - start, start) for start, end in scan.kept) + scan.tail
+    return sorted(scan.removed_starts), kept
+
+
+def _entry(branch: object = TARGET, *, content: object = "note", memory_id: str = "m1", **extra: object) -> bytes:
+    payload = {"memory_id": memory_id, "content": content, "created_at": "2026", "branch_name": branch, **extra}
+    return json.dumps(payload, sort_keys=True).encode()
+
+
+# ------------------------------------------------------------------ a line exactly as long as a reader takes
+
+
+def _line_of(length: int, branch: str, memory_id: str) -> bytes:
+    line = _entry(branch, content="", memory_id=memory_id)
+    line = _entry(branch, content="y" * (length - len(line)), memory_id=memory_id)
+    assert len(line) == length
+    return line
+
+
+@pytest.mark.parametrize("block", [16, 64])
+def test_a_line_of_exactly_the_readers_limit_is_scanned_when_longer_than_a_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """A reader takes a line of MAX_LINE_BYTES bytes (its newline not counted); the scan's
+    long-line path counted the newline and kept such a line unread, matching entry and all."""
+    monkeypatch.setattr(memstore.files, "MAX_LINE_BYTES", SMALL_MAX)
+    lines = [_line_of(length, "gone", f"m{length}") for length in (SMALL_MAX - 1, SMALL_MAX, SMALL_MAX + 1)]
+    path = tmp_path / "memory.jsonl"
+    data = b"\n".join([_entry("main"), *lines, _entry("main", memory_id="m2")]) + b"\n"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        expected = _reader_view(fd, len(data), "branch_name", "gone")
+        assert len(expected[0]) == 2  # the line of SMALL_MAX + 1 bytes is skipped by readers
+        assert _scanned(fd, len(data), "branch_name", "gone", block) == expected
+    finally:
+        os.close(fd)
+
+
+def test_delete_removes_an_entry_on_a_line_of_exactly_the_readers_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memstore.files, "MAX_LINE_BYTES", SMALL_MAX)
+    monkeypatch.setitem(rewrite_scan.scan_for_removal.__kwdefaults__, "block", 64)  # as 8 MiB blocks to 64 MiB
+    catalog = MemoryCatalog(tmp_path)  # its own lines are longer than SMALL_MAX: written here instead
+    lines = [_entry("main", content="kept"), _line_of(SMALL_MAX, "gone", "exact"), _entry("main", content="too")]
+    catalog.path.write_bytes(b"\n".join(lines) + b"\n")
+    reader = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    assert [entry.memory_id for entry in reader.list(branch_name="gone")] == ["exact"]
+    assert catalog.delete_by_branch("gone") == 1
+    assert reader.list(branch_name="gone") == []
+    assert [entry.content for entry in MemoryCatalog(tmp_path).list()] == ["too", "kept"]
+    assert catalog.path.read_bytes() == lines[0] + b"\n" + lines[2] + b"\n"
+
+
+# ------------------------------------------------------------------ the scan against the reader, hostile lines
+
+_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+@st.composite
+def _spelled(draw: st.DrawFn, text: str) -> str:
+    """``text`` as a JSON string, each character written any legal way."""
+    out = []
+    for char in text:
+        code = ord(char)
+        ways = []
+        if char not in '"\\' and code >= 0x20 and not 0xD800 <= code <= 0xDFFF:
+            ways.append(char)
+        if char in _SHORT:
+            ways.append(_SHORT[char])
+        if code < 0x10000:
+            ways.append(f"\\u{code:04x}")
+        else:
+            high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+            ways.append(f"\\u{high:04X}\\u{low:04x}")
+        out.append(draw(st.sampled_from(ways)))
+    return '"' + "".join(out) + '"'
+
+
+VALUES = ["feature/x", "", "\n", '"', "\\", "caf\u00e9/\U0001f600", "\ud800", "content", '"content": "', " x "]
+TRICKY_TEXT = [
+    "note",
+    '"content": "',  # spelled, its quotes are escaped: the bytes \"content\": \"
+    '"branch_name": "feature/x"',
+    "feature/x",
+    "a\nb \\ \"q\"",
+    "x" * 150,  # with the envelope, longer than SMALL_MAX
+]
+
+
+@st.composite
+def _value_json(draw: st.DrawFn, value: str) -> str:
+    """A JSON value that may or may not be (a spelling of) ``value``."""
+    kind = draw(st.sampled_from(["value", "value", "other", "null", "number", "list", "object", "true"]))
+    if kind == "value":
+        return draw(_spelled(value))
+    if kind == "other":
+        return draw(_spelled(draw(st.sampled_from([value + " ", value[:-1], "feature/y", "main"]))))
+    if kind == "list":
+        return "[" + draw(_spelled(value)) + "]"
+    if kind == "object":
+        inner = draw(st.sampled_from(["content", "branch_name", "run_id"]))
+        return "{" + draw(_spelled(inner)) + ": " + draw(_spelled(value)) + "}"
+    return {"null": "null", "number": "1", "true": "true"}[kind]
+
+
+@st.composite
+def _hostile_line(draw: st.DrawFn, key: str, value: str) -> bytes:
+    kind = draw(st.sampled_from(["entry"] * 6 + ["raw", "blank", "not-object", "torn"]))
+    if kind == "raw":
+        return draw(st.binary(max_size=40)).replace(b"\n", b"")
+    if kind == "blank":
+        return draw(st.sampled_from([b"", b" ", b"\t\r", b"\xef\xbb\xbf", b"\xef\xbb\xbf \r", b"\x0b\x0c"]))
+    if kind == "not-object":
+        return ("[" + draw(_spelled(value)) + "]").encode("utf-8", "surrogatepass")
+    fields = [
+        ("memory_id", draw(_spelled(draw(st.sampled_from(["m1", "m2", " "]))))),
+        ("content", draw(_spelled(draw(st.sampled_from([*TRICKY_TEXT, value, " "]))))),
+        ("created_at", draw(st.sampled_from(['"2026"', '""', "null"]))),
+    ]
+    if draw(st.booleans()):
+        fields.append(("tags", "[" + draw(_spelled(draw(st.sampled_from(["t", "a\nb", value])))) + "]"))
+    for _ in range(draw(st.integers(1, 3))):  # duplicate keys: the last one counts
+        name = draw(st.sampled_from([key, key, "branch_name", "run_id", "metadata"]))
+        fields.append((name, draw(_value_json(value))))
+    if draw(st.booleans()):  # a nested object holding "content": "..." before the key
+        fields.insert(0, ("meta", "{" + '"content": ' + draw(_spelled(draw(st.sampled_from(TRICKY_TEXT)))) + "}"))
+    order = draw(st.permutations(range(len(fields))))
+    sep, colon = draw(st.sampled_from([(", ", ": "), (",", ":"), (" ,", " : ")]))
+    body = sep.join(draw(_spelled(fields[i][0])) + colon + fields[i][1] for i in order)
+    line = ("{" + body + "}").encode("utf-8", "surrogatepass")
+    if draw(st.integers(0, 3)) == 0:  # padded to about a reader's limit (SMALL_MAX)
+        pad = SMALL_MAX + draw(st.integers(-2, 1)) - len(line) - len(', "z": ""')
+        line = line[:-1] + b', "z": "' + b"z" * max(0, pad) + b'"}'
+    if kind == "torn":
+        line = line[: draw(st.integers(1, max(1, len(line) - 1)))]
+    prefix = draw(st.sampled_from([b"", b"", b"\xef\xbb\xbf", b" ", b"\t"]))
+    suffix = draw(st.sampled_from([b"", b"", b"\r", b" ", b"\x00"]))
+    return prefix + line + suffix
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    data=st.data(),
+    key=st.sampled_from(["branch_name", "run_id"]),
+    value=st.sampled_from(VALUES),
+    block=st.sampled_from([1, 9, 64, SMALL_MAX, SMALL_MAX + 1, 1 << 20]),
+    unterminated=st.booleans(),
+)
+def test_the_scan_drops_exactly_what_the_reader_sees(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject, key: str, value: str, block: int, unterminated: bool
+) -> None:
+    lines = data.draw(st.lists(_hostile_line(key, value), max_size=8))
+    raw = b"\n".join(line.replace(b"\n", b"") for line in lines)
+    if raw and not unterminated:
+        raw += b"\n"
+    path = tmp_path_factory.mktemp("scan") / "memory.jsonl"
+    path.write_bytes(raw)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(memstore.files, "MAX_LINE_BYTES", SMALL_MAX)
+            assert _scanned(fd, len(raw), key, value, block) == _reader_view(fd, len(raw), key, value)
+    finally:
+        os.close(fd)
