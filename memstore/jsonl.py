@@ -76,6 +76,11 @@ def parse_json_bytes(data: bytes, *, exact: bool = False) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except RecursionError as exc:
+        # The stdlib's depth limit is the recursion limit less the stack in use, orjson's a
+        # fixed 1024: a line orjson takes is read so in a process's first lines too.
+        deeper = None if exact or fast is not None else load_orjson()
+        if deeper:
+            return deeper.loads(data)
         raise ValueError("JSON nested too deeply") from exc
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memstore.files
-from memstore import rewrite_scan
+from memstore import jsonl, rewrite_scan
 from memstore.catalog import MemoryCatalog
 from memstore.files import iter_raw_lines
 from memstore.jsonl import is_blank
@@ -98,6 +100,51 @@ def test_delete_removes_an_entry_on_a_line_of_exactly_the_readers_limit(
     assert catalog.path.read_bytes() == lines[0] + b"\n" + lines[2] + b"\n"
 
 
+# ------------------------------------------------------------------ which parser reads a deeply nested line
+
+
+def _deep_entry(depth: int, branch: str) -> bytes:
+    nested = '{"x": ' * depth + "1" + "}" * depth
+    return _entry(branch, memory_id=f"deep{depth}").removesuffix(b"}") + b', "x": ' + nested.encode() + b"}"
+
+
+def test_a_deep_line_reads_the_same_in_a_fresh_process_as_in_a_busy_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process parses its first lines with the stdlib, whose depth limit is the recursion limit
+    less the stack in use; orjson (after them) takes 1024 levels.  A line 1000 deep was an entry
+    to one and corrupt to the other: which one a reader saw depended on what it had read before."""
+    if not jsonl.load_orjson():
+        pytest.skip("orjson is not installed: the stdlib reads every line")
+    line = _deep_entry(1000, "gone")
+    busy = jsonl.decode_entry(line)
+    monkeypatch.setattr(jsonl, "_orjson", None)
+    monkeypatch.setattr(jsonl, "_stdlib_lines", 0)  # as in a process that has parsed nothing yet
+    assert jsonl.decode_entry(line) == busy
+    assert busy is not None and busy.branch_name == "gone"
+
+
+def test_delete_in_a_fresh_process_removes_the_deep_entry_a_busy_reader_lists(tmp_path: Path) -> None:
+    if not jsonl.load_orjson():
+        pytest.skip("orjson is not installed: the stdlib reads every line")
+    catalog = MemoryCatalog(tmp_path)
+    for n in range(jsonl.STDLIB_FIRST_LINES + 10):
+        catalog.add(f"note {n}", branch_name="main")
+    with open(catalog.path, "ab") as handle:
+        handle.write(_deep_entry(1000, "gone") + b"\n")
+    opened = "from memstore.catalog import MemoryCatalog; import sys; c = MemoryCatalog(sys.argv[1]"
+    listed = opened + ", use_index=False); print(len(c.list(limit=1000, branch_name='gone')))"
+    deleted = opened + "); print(c.delete_by_branch('gone'))"
+
+    def run(code: str) -> str:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert run(listed) == "1"
+    assert run(deleted) == "1"
+    assert run(listed) == "0"
+
+
 # ------------------------------------------------------------------ the scan against the reader, hostile lines
 
 _SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -129,7 +176,7 @@ TRICKY_TEXT = [
     '"content": "',  # spelled, its quotes are escaped: the bytes \"content\": \"
     '"branch_name": "feature/x"',
     "feature/x",
-    "a\nb \\ \"q\"",
+    'a\nb \\ "q"',
     "x" * 150,  # with the envelope, longer than SMALL_MAX
 ]
 
