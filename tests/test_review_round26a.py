@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +23,7 @@ import memstore.files
 from memstore import jsonl, rewrite_scan
 from memstore.catalog import MemoryCatalog
 from memstore.files import iter_raw_lines
+from memstore.index.catalog_index import CatalogIndex
 from memstore.jsonl import is_blank
 from memstore.rewrite_scan import scan_for_removal
 from memstore.scan import scan_fd
@@ -369,3 +371,34 @@ def test_a_file_of_blank_lines_is_scanned_in_bounded_memory(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     grown_kib = int(done.stdout)
     assert grown_kib < 48 << 10, f"{grown_kib >> 10} MiB more for {blank} blank lines (a 1 MiB file)"
+
+
+@pytest.mark.parametrize("runs", [3, 200], ids=["few-runs", "more-runs-than-sparse-drops"])
+def test_the_index_follows_a_delete_that_drops_runs_of_blank_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: int
+) -> None:
+    """A run of blank lines is one dropped range now: the index shifts the rows after it by its length."""
+    followed = []
+    real_apply = CatalogIndex.apply_rewrite
+
+    def apply_rewrite(self: CatalogIndex, *args: Any, **kwargs: Any) -> bool:
+        followed.append(real_apply(self, *args, **kwargs))
+        return followed[-1]
+
+    monkeypatch.setattr(CatalogIndex, "apply_rewrite", apply_rewrite)
+    catalog = MemoryCatalog(tmp_path)
+    lines = []
+    for n in range(runs):
+        lines.append(_entry(TARGET if n % 3 == 0 else "main", content=f"note {n}", memory_id=f"m{n}") + b"\n")
+        lines.append([b"\n" * 50, b" \t\r\n" * 7, b"\xef\xbb\xbf\n\n \n"][n % 3])
+    catalog.path.write_bytes(b"".join(lines))
+    first = MemoryCatalog(tmp_path)
+    _answers(first)
+    assert catalog.delete_by_branch(TARGET) == len(range(0, runs, 3))
+    assert followed == [True]  # followed, not left to a rebuild
+    assert catalog.path.read_bytes() == b"".join(line for line in lines[::2] if TARGET.encode() not in line)
+    scan = _answers(MemoryCatalog(tmp_path, use_index=False, readonly=True))
+    assert _answers(catalog) == scan
+    assert _answers(first) == scan
+    assert _answers(MemoryCatalog(tmp_path)) == scan
+    assert catalog.check_index().equal
