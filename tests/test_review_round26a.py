@@ -402,3 +402,24 @@ def test_the_index_follows_a_delete_that_drops_runs_of_blank_lines(
     assert _answers(first) == scan
     assert _answers(MemoryCatalog(tmp_path)) == scan
     assert catalog.check_index().equal
+
+
+@pytest.mark.xfail(
+    strict=True, reason="review 26a: without orjson the stdlib's depth limit is the recursion limit less the stack"
+)
+def test_without_orjson_a_deep_line_reads_the_same_from_any_stack_depth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without orjson every line is read by the stdlib, which refuses a line nested deeper than the
+    frames left: the same line is an entry to a caller near the top of its stack (a CLI) and
+    corrupt to one deep in it (a server, a framework), so a delete and a reader can disagree."""
+    monkeypatch.setattr(jsonl, "_orjson", False)
+    depth = 50
+    while jsonl.decode_entry(_deep_entry(depth + 50, "gone")) is not None:
+        depth += 50  # the deepest line readable from here, to 50 levels
+    line = _deep_entry(depth, "gone")
+    here = jsonl.decode_entry(line)
+    assert here is not None
+
+    def nested(frames: int) -> object:
+        return jsonl.decode_entry(line) if frames == 0 else nested(frames - 1)
+
+    assert nested(100) == here
