@@ -359,18 +359,29 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 """
 
 
-def test_a_file_of_blank_lines_is_scanned_in_bounded_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"\n" * (1 << 20), id="a-run"),
+        pytest.param(
+            b"{}\n\n" * (1 << 18),
+            id="between-other-lines",
+            marks=pytest.mark.xfail(strict=True, reason="review 26a: a dropped range per blank line between others"),
+        ),
+    ],
+)
+def test_a_file_of_blank_lines_is_scanned_in_bounded_memory(tmp_path: Path, body: bytes) -> None:
     """A reader counts blank lines; the removal scan kept a set entry per blank line of a block
     and a (start, length) per blank line of the file: 4 MB of newlines took 750 MB, 40 MB ~7 GB.
-    A run of blank lines is now one dropped range."""
-    blank = 1 << 20
+    A run of blank lines is now one dropped range; blank lines each between two kept lines still
+    cost a range each (63 MiB for 1 MiB of ``{}`` and blank lines)."""
     path = tmp_path / "memory.jsonl"
-    path.write_bytes(_entry() + b"\n" + b"\n" * blank + _entry("main") + b"\n")
+    path.write_bytes(_entry() + b"\n" + body + _entry("main") + b"\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     grown_kib = int(done.stdout)
-    assert grown_kib < 48 << 10, f"{grown_kib >> 10} MiB more for {blank} blank lines (a 1 MiB file)"
+    assert grown_kib < 48 << 10, f"{grown_kib >> 10} MiB more for {len(body)} bytes of lines"
 
 
 @pytest.mark.parametrize("runs", [3, 200], ids=["few-runs", "more-runs-than-sparse-drops"])
