@@ -917,7 +917,7 @@ class LineBlock(NamedTuple):
     Every line there ends with ``\n`` except, in the last block, an unterminated final
     line; ``data`` may run on past ``length`` (the start of the next block's first
     line, not copied off).  ``data`` is ``None`` for a single line longer than
-    MAX_LINE_BYTES (``length`` bytes, never read into memory).
+    MAX_LINE_BYTES without its newline (``length`` bytes, never read into memory).
     """
 
     start: int
@@ -947,7 +947,9 @@ def iter_line_blocks(fd: int, *, start: int = 0, stop: int, block: int = BLOCK_B
             continue
         end = next_line_end(fd, pos + len(data), stop)  # one line longer than the block
         length = end - pos
-        yield LineBlock(pos, os.pread(fd, length, pos) if length <= MAX_LINE_BYTES else None, length)
+        # A reader's limit leaves the newline out: a line of MAX_LINE_BYTES and its newline is read.
+        text = length - 1 if os.pread(fd, 1, end - 1) == b"\n" else length
+        yield LineBlock(pos, os.pread(fd, length, pos) if text <= MAX_LINE_BYTES else None, length)
         pos = end
 
 

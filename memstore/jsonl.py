@@ -4,7 +4,9 @@ orjson is only a fast path: whenever it refuses a line (NaN, lone surrogates,
 numbers out of a double's range, deep nesting) the stdlib parser decides.  It does
 accept an integer beyond 64 bits, as a float: for catalog entries the two still agree
 on every line, because every field that matters must be a string; values shown as
-they are (provenance) are parsed with ``exact``.
+they are (provenance) are parsed with ``exact``.  Nesting is the one thing the stdlib
+refuses first: its limit is the recursion limit less the stack in use, so a line it
+finds too deep goes to orjson (1024 levels, wherever it is called from) when installed.
 
 A line may start with a UTF-8 byte order mark (editors put one at the start of a
 file); it is dropped before parsing, as ``bytes.decode('utf-8-sig')`` would.  This
@@ -76,6 +78,11 @@ def parse_json_bytes(data: bytes, *, exact: bool = False) -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except RecursionError as exc:
+        # The stdlib's depth limit is the recursion limit less the stack in use, orjson's a
+        # fixed 1024: a line orjson takes is read so in a process's first lines too.
+        deeper = None if exact or fast is not None else load_orjson()
+        if deeper:
+            return deeper.loads(data)
         raise ValueError("JSON nested too deeply") from exc
 
 

@@ -39,6 +39,7 @@ from memstore.models import MemoryEntry, memory_entry_from_payload
 
 _BLANK_START = frozenset(b" \t\r\x0b\x0c\xef")
 """First bytes a blank line can start with (``\\xef`` for a byte order mark)."""
+_BLANK_START_OR_EMPTY = _BLANK_START | {0x0A}
 
 
 @dataclass(slots=True)
@@ -48,7 +49,7 @@ class RemovalScan:
     removed: list[MemoryEntry] = field(default_factory=list)
     removed_starts: set[int] = field(default_factory=set)
     dropped: list[tuple[int, int]] = field(default_factory=list)
-    """(start, length) of every dropped line (removed entries and blank lines), in file order."""
+    """(start, length) of every dropped line (a removed entry, or a run of blank lines), in file order."""
     kept: list[tuple[int, int]] = field(default_factory=list)
     """[start, end) runs of kept lines, in file order."""
     tail: bytes = b""
@@ -108,6 +109,8 @@ def scan_for_removal(
 
 _BLANKISH = re.compile(rb"\n(?=[\n \t\r\x0b\x0c\xef])")
 """A newline before a byte a blank line (or the line itself, empty) can start with."""
+_NOT_SPACE = re.compile(rb"[^ \t\r\x0b\x0c\n]")
+"""A byte that is no ASCII whitespace: the first of the first line after a run of blank ones."""
 _EVERY_LINE = re.compile(rb"\n(?=.)", re.DOTALL)
 _CONTENT_KEY = b'"content": "'
 
@@ -140,19 +143,24 @@ def _scan_block(
         if not _escapes_only_in_content(data, start, end):
             starts.add(start)
         hit = data.find(b"\\", end, size)
-    if (size and data[0] in _BLANK_START) or data.startswith(b"\n") or needle == b"":
+    if needle == b"" and size:  # an empty value is in every line
         starts.add(0)
-    lines_of_interest = _EVERY_LINE if needle == b"" else _BLANKISH  # an empty value is in every line
-    starts.update(match.end() for match in lines_of_interest.finditer(data, 0, size))
+        starts.update(match.end() for match in _EVERY_LINE.finditer(data, 0, size))
     limit = files.MAX_LINE_BYTES if size > files.MAX_LINE_BYTES else None
+    runs = _blank_lines(data, size, starts, runs=limit is None)
     keep_from = 0
     for start in sorted(starts):
+        if start < keep_from:
+            continue  # inside a run of blank lines, dropped with it
         end = data.find(b"\n", start, size)
         length = (size if end < 0 else end + 1) - start
         line = data[start : start + length].removesuffix(b"\n")
         if limit is not None and len(line) > limit:
             continue  # readers skip it unread: so does the rewrite, keeping it
-        if not line.removeprefix(BOM).strip():
+        if start in runs:
+            drop = True
+            length = runs[start]  # one range for the run: a file of blank lines costs no memory per line
+        elif not line.removeprefix(BOM).strip():
             drop = True
         elif (needle is not None and needle in line) or not _escapes_only_in_content(line, 0, len(line)):
             scan.candidates += 1
@@ -166,6 +174,55 @@ def _scan_block(
             keep_from = start + length
     if keep_from < size:
         scan._keep(offset + keep_from, offset + size)
+
+
+def _blank_lines(data: bytes, size: int, starts: set[int], *, runs: bool) -> dict[int, int]:
+    """Add to ``starts`` the lines of ``data[:size]`` that start like a blank line; with ``runs``,
+    the start and length of each run of blank lines among them, which goes as one range.
+
+    A file of blank lines then costs no memory per line.  Without ``runs`` (a block may hold
+    lines longer than a reader takes, which are kept even when blank) each line is looked at.
+    """
+    found: dict[int, int] = {}
+    start = 0 if size and data[0] in _BLANK_START_OR_EMPTY else -1
+    search_from = 0
+    while True:
+        if start < 0:
+            newline = _BLANKISH.search(data, search_from, size)
+            if newline is None:
+                return found
+            start = newline.end()
+        starts.add(start)
+        end = _blank_run_end(data, start, size) if runs else start
+        if end > start:
+            found[start] = end - start
+            search_from = end - 1  # the newline before the next line, if any
+        else:
+            search_from = start
+        start = -1
+
+
+def _blank_run_end(data: bytes, start: int, size: int) -> int:
+    """Where the blank lines from ``start`` on end (``start`` when its line is not blank).
+
+    Blank as :func:`memstore.jsonl.is_blank` has it: ASCII whitespace after at most one byte
+    order mark.  Searched in C, a stretch of whitespace at a time, not line by line.
+    """
+    if data[start] == 0x0A and (start + 1 == size or data[start + 1] not in _BLANK_START_OR_EMPTY):
+        return start + 1  # one empty line, the common case: no search
+    pos = start
+    while pos < size:
+        line = pos
+        if data.startswith(BOM, pos, size):
+            pos += len(BOM)
+        other = _NOT_SPACE.search(data, pos, size)
+        if other is None:
+            return size  # whitespace to the end: the last line may have no newline
+        newline = data.rfind(b"\n", pos, other.start())
+        if newline < 0:
+            return line  # this line holds more than whitespace
+        pos = newline + 1
+    return pos
 
 
 _STANDS_FOR = {b"\"": '"', b"\\": "\\", b"/": "/", b"b": "\b", b"f": "\f", b"n": "\n", b"r": "\r", b"t": "\t"}

@@ -53,6 +53,19 @@ def _reference(
     return removed, starts, dropped, b"".join(line + b"\n" for line in kept)
 
 
+def _per_line(fd: int, ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (start, length) of each line in the ranges (a run of blank lines is dropped as one)."""
+    lines = []
+    for start, length in ranges:
+        at = start
+        for line in os.pread(fd, length, start).split(b"\n")[:-1]:
+            lines.append((at, len(line) + 1))
+            at += len(line) + 1
+        if at < start + length:
+            lines.append((at, start + length - at))  # an unterminated last line
+    return lines
+
+
 def _kept_bytes(fd: int, scan: RemovalScan) -> bytes:
     return b"".join(os.pread(fd, end - start, start) for start, end in scan.kept) + scan.tail
 
@@ -138,7 +151,7 @@ def test_the_block_scan_drops_what_the_line_scan_drops(
         removed, starts, dropped, kept = _reference(fd, len(data), key, value)
         assert scan.removed == removed
         assert scan.removed_starts == starts
-        assert scan.dropped == dropped
+        assert _per_line(fd, scan.dropped) == dropped
         assert _kept_bytes(fd, scan) == kept
         assert _copied_while_scanning(fd, len(data), path.with_name("copy.jsonl"), key, value, block) == kept
     finally:
