@@ -190,7 +190,7 @@ def _check_catalog_file(
     """
     quarantined = _entry_ids(quarantine) if quarantine is not None else set()
     kept: list[bytes] = []
-    first_line: dict[str, tuple[int, Any]] = {}
+    first_line: dict[str, tuple[int, bytes]] = {}
     change = False
     last: _Line | None = None
     for line in _lines(path):
@@ -229,8 +229,8 @@ def _check_catalog_file(
             continue
         seen = first_line.get(entry.memory_id)
         if seen is not None:
-            same = seen[1] == payload  # the whole record, quarantine provenance included
-            again = not same and records and _untimed(seen[1]) == _untimed(payload)
+            same = _same_values(seen[1], line.data)  # the whole record, quarantine provenance included
+            again = not same and records and _same_values(seen[1], line.data, untimed=True)
             kind = " (identical)" if same else " (the same move, recorded again later)" if again else " (different)"
             report.append(
                 Finding(
@@ -246,12 +246,28 @@ def _check_catalog_file(
                 change = True
                 continue
         else:
-            first_line[entry.memory_id] = (line.number, payload)
+            first_line[entry.memory_id] = (line.number, line.data)
         kept.append(line.data)
     if last is not None and not last.terminated and not change:
         report.append(Finding("missing-newline", name, last.number, "file does not end with a newline"))
         change = True
     return kept if change else None
+
+
+def _same_values(first: bytes, second: bytes, *, untimed: bool = False) -> bool:
+    """Whether two lines hold the same value as readers show it (without ``quarantined_at``: ``untimed``).
+
+    Compared as the exact parse spelled one way: Python's ``==`` holds ``true``, ``1`` and
+    ``1.0`` equal, and orjson reads integers past 64 bits as floats, so two records that
+    say different things were once one record to drop.  A value too deep to compare is kept.
+    """
+    try:
+        values = [parse_json_bytes(data, exact=True) for data in (first, second)]
+        if untimed:
+            values = [_untimed(value) for value in values]
+        return json.dumps(values[0], sort_keys=True) == json.dumps(values[1], sort_keys=True)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _untimed(payload: Any) -> Any:
