@@ -43,6 +43,89 @@ def _records(path: Path) -> Counter[bytes]:
     return found
 
 
+# ------------------------------------------------------------------ the prefilter
+
+
+def test_a_record_whose_key_is_escaped_next_to_a_nested_memory_id_counts(tmp_path: Path) -> None:
+    """The record's own ``memory_id`` key is spelled with an escape, and its provenance (an object
+    nested in the line) has a plain ``memory_id`` key: the line was passed over as naming another
+    id, so a quarantine tried again recorded the entry a second time."""
+    catalog = MemoryCatalog(tmp_path)
+    entry = catalog._new_entry("note one word1", ("t",), "gone", None)
+    catalog = _store(tmp_path, [encode_entry(entry)])
+    record = {**entry.to_dict(), "quarantine": True, "provenance": {"memory_id": "another", "reason": "r"}}
+    line = json.dumps(record, sort_keys=True).replace('"memory_id": "' + entry.memory_id, '"memory\\u005fid": "' + entry.memory_id)
+    assert line.count("memory_id") == 1  # only the nested key is spelled plainly
+    catalog.quarantine_path.write_bytes(line.encode() + b"\n")
+    assert catalog.list_quarantined(limit=10) == [entry]  # every reader reads the record
+
+    assert catalog.quarantine_by_branch("gone", "again") == 1
+    assert _records(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
+    assert catalog.list(limit=10) == []
+
+
+def test_a_record_after_a_key_that_only_ends_in_memory_id_counts(tmp_path: Path) -> None:
+    """A key ``x"memory_id`` (its quote escaped) looks like a plain ``memory_id`` key to the
+    prefilter; the line's own key, spelled with an escape, was then never looked at."""
+    catalog = MemoryCatalog(tmp_path)
+    entry = catalog._new_entry("note two word2", (), "gone", None)
+    catalog = _store(tmp_path, [encode_entry(entry)])
+    fields = json.dumps(entry.to_dict(), sort_keys=True)[1:].replace('"memory_id"', '"memory\\u005fid"')
+    line = '{"x\\"memory_id": "someone", ' + fields
+    assert decode_entry(line.encode()) == entry
+    catalog.quarantine_path.write_bytes(line.encode() + b"\n")
+
+    assert catalog.quarantine_by_branch("gone", "again") == 1
+    assert _records(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
+
+
+def _spelled(text: str, escaped: list[bool], upper: bool) -> str:
+    """``text`` with the letters ``escaped`` picks spelled as ``\\u`` escapes."""
+    out = []
+    for char, escape in zip(text, escaped + [False] * len(text), strict=False):
+        code = f"\\u{ord(char):04x}"
+        out.append((code.upper().replace("\\U", "\\u") if upper else code) if escape else char)
+    return "".join(out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key_escapes=st.lists(st.booleans(), max_size=9),
+    id_escapes=st.lists(st.booleans(), max_size=4),
+    upper=st.booleans(),
+    nested=st.sampled_from([None, "plain", "escaped-quote", "duplicate-first", "duplicate-last"]),
+    wanted_nested=st.booleans(),
+)
+def test_the_prefilter_finds_what_readers_read_however_the_key_and_id_are_spelled(
+    key_escapes: list[bool], id_escapes: list[bool], upper: bool, nested: str | None, wanted_nested: bool
+) -> None:
+    from memstore.quarantine_records import entry_key, recorded_among
+
+    with tempfile.TemporaryDirectory() as tmp:
+        catalog = MemoryCatalog(Path(tmp))
+        entry = catalog._new_entry("note five word0", ("t",), "gone", None)
+        other_id = entry.memory_id if wanted_nested else "someone else"
+        fields = {**entry.to_dict(), "memory_id": "@ID@", "quarantine": True}
+        body = json.dumps(fields, sort_keys=True)
+        own = f'"{_spelled("memory_id", key_escapes, upper)}": "{_spelled(entry.memory_id, id_escapes, upper)}"'
+        body = body.replace('"memory_id": "@ID@"', own)
+        extra = {
+            None: "",
+            "plain": f'"provenance": {{"memory_id": "{other_id}"}}, ',
+            "escaped-quote": f'"x\\"memory_id": "{other_id}", ',
+            "duplicate-first": f'"memory_id": "{other_id}", ',
+            "duplicate-last": "",
+        }[nested]
+        line = "{" + extra + body[1:]
+        if nested == "duplicate-last":
+            line = line[:-1] + f', "memory_id": "{other_id}"}}'
+        catalog.quarantine_path.parent.mkdir(parents=True, exist_ok=True)
+        catalog.quarantine_path.write_bytes(line.encode() + b"\n")
+        read = Counter(encode_entry(found) for found in catalog.list_quarantined(limit=10))
+        key = entry_key(entry)
+        assert recorded_among(catalog.quarantine_path, [entry]) == ({key: read[key]} if read[key] else {})
+
+
 # ------------------------------------------------------------------ doctor
 
 
