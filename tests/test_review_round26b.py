@@ -156,3 +156,75 @@ def test_doctor_keeps_records_whose_numbers_differ_beyond_a_double(tmp_path: Pat
     catalog.quarantine_path.write_bytes(first + second)
     repair(tmp_path)
     assert catalog.quarantine_path.read_bytes() == first + second
+
+
+# ------------------------------------------------------------------ fork
+
+
+def _index_integrity(root: Path) -> list[str]:
+    conn = sqlite3.connect(f"file:{root / '.teaagent' / 'index' / 'memstore.sqlite3'}?mode=ro", uri=True)
+    try:
+        return [row[0] for row in conn.execute("PRAGMA integrity_check")]
+    finally:
+        conn.close()
+
+
+_OTHER_WRITER = """
+import sys
+from memstore import jsonl
+from memstore.catalog import MemoryCatalog
+catalog = MemoryCatalog(sys.argv[1])
+for n in range(20):
+    catalog.add(f"from another process word3 {n}", branch_name="other")
+assert catalog.search("word3", limit=10_000)
+"""
+
+
+def test_a_child_forked_while_idle_does_not_corrupt_the_index_once_its_parent_lets_go(tmp_path: Path) -> None:
+    """The child's own connection to a file its parent had open took no lock at the kernel (its
+    record of the file still held the parent's): once the parent closed its connection, the next
+    process deleted the -wal and -shm the child went on using, and the child's writes, folded
+    into the file from its stale view, broke the b-tree every process reads.  (The parent's
+    connections stay open in the child until collected: the other handle keeps its own.)"""
+    catalog = _seed(tmp_path, 300)
+    other = MemoryCatalog(tmp_path)  # a second handle on the same index (an MCP server's, say), idle too
+    assert other.search("word3", limit=1)
+    ready, go, out = tmp_path / "ready", tmp_path / "go", tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        signal.alarm(60)
+        result: dict[str, object] = {}
+        try:
+            scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+            result["before"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+            ready.write_text("1")
+            while not go.exists():
+                time.sleep(0.01)
+            for n in range(5):
+                catalog.add(f"from the child word3 {n}", branch_name="child")
+            result["after"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+        except BaseException as exc:
+            result["error"] = repr(exc)
+        finally:
+            out.write_text(json.dumps(result))
+            os._exit(0)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for handle in (catalog, other):
+            index = handle._index.index()
+            assert index is not None
+            index.close()  # the parent lets go of the index (as a process that exits does)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        subprocess.run([sys.executable, "-c", _OTHER_WRITER, str(tmp_path)], check=True, env=env, timeout=120)
+    finally:
+        go.write_text("1")
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and json.loads(out.read_text()) == {"before": True, "after": True}
+    assert _index_integrity(tmp_path) == ["ok"]
+    fresh = MemoryCatalog(tmp_path)
+    assert fresh.check_index().equal
+    scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+    assert fresh.search("word3", limit=10_000) == scan.search("word3", limit=10_000)

@@ -19,8 +19,17 @@ So a child that opens its own connection to a file its parent was using at the f
 Such a child therefore does not open that file (:func:`refuses`): its reads answer from a
 scan at once, which is exact, and it uses the index again when the path holds another
 file.  The parent and every other process are untouched: the child never held their locks.
-Connections idle at the fork hold only what every open connection holds for its life
-(shared locks the parent keeps at the kernel while it runs); a child still uses such a file.
+
+A connection idle at the fork holds no lock of a transaction, but it is in that record too,
+with the shared locks every open connection holds for its life (the database's, the
+``-shm``'s "in use" byte): a connection the child opened beside it found them held and
+never asked the kernel.  Once the parent let go of the file, other processes saw nobody
+using it, deleted the ``-wal`` and ``-shm`` the child went on using, and the child's
+writes, folded back from its stale view, broke the file for all.  So the child closes the
+connections it inherited idle before it opens that file (:func:`release_inherited`): the
+record empties and its own connection takes its locks at the kernel.  Closing an idle
+connection changes nothing another process sees (no transaction to roll back; its locks,
+never the child's at the kernel, are released in the record only).
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ _KEPT: list[sqlite3.Connection] = []
 """Inherited connections that were in a transaction at the fork (see :func:`_never_closed`)."""
 _REFUSED: set[Generation] = set()
 """Files this process was forked while its parent (or an earlier ancestor) was using."""
+_IDLE: dict[Generation, list[sqlite3.Connection]] = {}
+"""Inherited connections that were idle at the fork, by file: closed before this process opens it."""
 
 
 def track(conn: sqlite3.Connection, generation: Generation) -> None:
@@ -72,6 +83,19 @@ def refuses(generation: Generation) -> bool:
     return generation in _REFUSED
 
 
+def release_inherited(generation: Generation) -> None:
+    """Close the connections to ``generation`` this process inherited idle, before it opens that file.
+
+    They are kept (never collected at some later moment) until then; one that cannot be
+    closed leaves its locks in the record, so the file is refused instead.
+    """
+    for conn in _IDLE.pop(generation, []):
+        try:
+            conn.close()
+        except sqlite3.Error:
+            _REFUSED.add(generation)
+
+
 def _never_closed(conn: sqlite3.Connection) -> None:
     """Keep ``conn`` alive for the child's whole life, its exit included.
 
@@ -98,6 +122,8 @@ def _after_fork_in_child() -> None:
         if busy:
             _REFUSED.add(generation)
             _never_closed(conn)
+        else:
+            _IDLE.setdefault(generation, []).append(conn)
     _REFUSED.update(_BUILDING)
 
 
