@@ -23,6 +23,7 @@ from memstore import jsonl
 from memstore.catalog import MemoryCatalog
 from memstore.doctor import diagnose, repair
 from memstore.jsonl import decode_entry, encode_entries, encode_entry
+from memstore.models import MemoryEntry
 from tests.test_rewrite_held_follow import _seed
 
 
@@ -156,6 +157,32 @@ def test_doctor_keeps_records_whose_numbers_differ_beyond_a_double(tmp_path: Pat
     catalog.quarantine_path.write_bytes(first + second)
     repair(tmp_path)
     assert catalog.quarantine_path.read_bytes() == first + second
+
+
+def test_doctor_keeps_an_entry_whose_id_is_quarantined_with_other_content(tmp_path: Path) -> None:
+    """An entry edited after the copy that was quarantined: the quarantine does not hold it, so
+    --fix must not remove it from memory.jsonl (its text was in neither file afterwards)."""
+    catalog = MemoryCatalog(tmp_path)
+    entry = catalog._new_entry("note six word1", (), "gone", None)
+    edited = MemoryEntry(**{**entry.to_dict(), "content": "note six, edited later word1"})
+    catalog = _store(tmp_path, [encode_entry(edited)])
+    catalog.quarantine_path.write_bytes(encode_entries([entry], quarantine=True, provenance={"reason": "r"}))
+    findings = [finding for finding in diagnose(tmp_path).findings if finding.kind == "quarantined-entry"]
+    assert len(findings) == 1 and not findings[0].fixable
+    repair(tmp_path)
+    assert catalog.list(limit=10) == [edited]
+
+
+def test_doctor_still_removes_an_entry_a_merge_brought_back(tmp_path: Path) -> None:
+    catalog = MemoryCatalog(tmp_path)
+    entry = catalog._new_entry("note seven word2", (), "gone", None)
+    catalog = _store(tmp_path, [encode_entry(entry)])
+    record = json.dumps({**entry.to_dict(), "provenance": {"reason": "r"}, "quarantine": True}, indent=1)
+    catalog.quarantine_path.write_bytes(record.replace("\n", " ").encode() + b"\n")
+    findings = [finding for finding in diagnose(tmp_path).findings if finding.kind == "quarantined-entry"]
+    assert len(findings) == 1 and findings[0].fixable
+    repair(tmp_path)
+    assert catalog.list(limit=10) == [] and catalog.list_quarantined(limit=10) == [entry]
 
 
 # ------------------------------------------------------------------ fork
