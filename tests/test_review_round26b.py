@@ -255,3 +255,54 @@ def test_a_child_forked_while_idle_does_not_corrupt_the_index_once_its_parent_le
     assert fresh.check_index().equal
     scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
     assert fresh.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+
+
+def test_a_child_never_closes_a_connection_another_thread_was_inside_at_the_fork(tmp_path: Path) -> None:
+    """A statement outside a transaction (a checkpoint after a write, a pragma) holds SQLite's
+    mutex of its connection while it runs, and in the child that mutex stays held for ever:
+    the idle connections a child closes before it opens a file (so its own takes its locks)
+    must never include one of a file refused for a handle another thread was using, or the
+    close waits on that mutex and the child hangs (as 383368c's first order of the two did)."""
+    import gc
+    import threading
+
+    catalog = _seed(tmp_path, 300)
+    index = catalog._index.index()
+    assert index is not None
+    conn = index._connection()
+    inside, done = threading.Event(), threading.Event()
+
+    def slow() -> int:
+        inside.set()
+        done.wait(30)
+        return 1
+
+    conn.create_function("slow_statement", 0, slow)
+    del conn  # only the handle keeps it
+
+    def run() -> None:
+        with index._mutex:
+            index._connection().execute("SELECT slow_statement()").fetchall()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert inside.wait(30)
+    out = tmp_path / "child.json"
+    try:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            signal.alarm(20)
+            try:
+                scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+                same = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+                gc.collect()
+                out.write_text(json.dumps({"same": same}))
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        done.set()
+        thread.join(30)
+    assert os.WIFEXITED(status), f"the child was killed by signal {os.WTERMSIG(status)}"
+    assert json.loads(out.read_text()) == {"same": True}
+    assert catalog.check_index().equal

@@ -26,7 +26,7 @@ with the shared locks every open connection holds for its life (the database's, 
 never asked the kernel.  Once the parent let go of the file, other processes saw nobody
 using it, deleted the ``-wal`` and ``-shm`` the child went on using, and the child's
 writes, folded back from its stale view, broke the file for all.  So the child closes the
-connections it inherited idle before it opens that file (:func:`release_inherited`): the
+connections it inherited idle before it opens that file (:func:`may_open`): the
 record empties and its own connection takes its locks at the kernel.  Closing an idle
 connection changes nothing another process sees (no transaction to roll back; its locks,
 never the child's at the kernel, are released in the record only).
@@ -83,17 +83,20 @@ def refuses(generation: Generation) -> bool:
     return generation in _REFUSED
 
 
-def release_inherited(generation: Generation) -> None:
-    """Close the connections to ``generation`` this process inherited idle, before it opens that file.
-
-    They are kept (never collected at some later moment) until then; one that cannot be
-    closed leaves its locks in the record, so the file is refused instead.
+def may_open(generation: Generation) -> bool:
+    """:func:`refuses`' opposite, with the connections this process inherited idle to the file
+    closed first (kept until then, never collected at some later moment): SQLite's record of
+    the file empties, and the connection about to open takes its own locks at the kernel.  A
+    refused file's are never touched (a thread of the parent may have been inside one).
     """
+    if generation in _REFUSED:
+        return False
     for conn in _IDLE.pop(generation, []):
         try:
             conn.close()
-        except sqlite3.Error:
+        except sqlite3.Error:  # its locks stay in the record
             _REFUSED.add(generation)
+    return generation not in _REFUSED
 
 
 def _never_closed(conn: sqlite3.Connection) -> None:
