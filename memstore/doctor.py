@@ -185,9 +185,10 @@ def _check_catalog_file(
 
     With ``quarantine`` (memory.jsonl), an entry the quarantine file also holds (the same
     fields) is one a union merge brought back next to the other side's append: it leaves
-    memory.jsonl.  One that only shares its id was edited since: it stays, reported.  With ``records`` (the quarantine file), a second record of
-    one move (the entry, reason and branch all the same, only the time differs: a call
-    tried again once recorded its entries again) is a duplicate the first one stands for.
+    memory.jsonl.  One that only shares its id was edited since: it stays, reported.
+    With ``records`` (the quarantine file), a second record of one move (the entry, reason
+    and branch all the same, only the time differs: a call tried again once recorded its
+    entries again) is a duplicate the first one stands for.
     """
     quarantined = _entry_keys(quarantine) if quarantine is not None else {}
     kept: list[bytes] = []
