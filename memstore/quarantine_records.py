@@ -27,11 +27,13 @@ from memstore.files import MAX_LINE_BYTES, iter_line_blocks, open_for_read, stor
 from memstore.jsonl import decode_entry, encode_entry
 from memstore.models import MemoryEntry
 
-_ID = re.compile(rb'"memory_id"[ \t\r\n]*:[ \t\r\n]*"([^"\\]*)(["\\])')
+_ID = re.compile(rb'"memory_id"[ \t\r]*:[ \t\r]*"([^"\\\n]*)(["\\])')
 """A ``memory_id`` key and its string, up to its closing quote or its first escape.
 
 The key's quotes are bare, so these bytes are never inside a JSON string (whose quotes
-would be escaped): they are a key of the line's object or of an object nested in it."""
+would be escaped): they are a key of the line's object or of an object nested in it.
+Never past a newline: a line cut short inside its id ran on to the next line's first
+quote, and the search went on past the quote that opens that line's own key."""
 
 
 def _escaped_key() -> re.Pattern[bytes]:

@@ -97,10 +97,19 @@ def _spelled(text: str, escaped: list[bool], upper: bool) -> str:
     upper=st.booleans(),
     nested=st.sampled_from([None, "plain", "escaped-quote", "duplicate-first", "duplicate-last"]),
     wanted_nested=st.booleans(),
+    id_first=st.booleans(),
+    before=st.sampled_from([b"", b'{"memory_id": "abc\n', b'{"memory_id":\n', b'{"x": "\\u00\n', b"\xef\xbb\xbf\n"]),
 )
 def test_the_prefilter_finds_what_readers_read_however_the_key_and_id_are_spelled(
-    key_escapes: list[bool], id_escapes: list[bool], upper: bool, nested: str | None, wanted_nested: bool
+    key_escapes: list[bool],
+    id_escapes: list[bool],
+    upper: bool,
+    nested: str | None,
+    wanted_nested: bool,
+    id_first: bool,
+    before: bytes,
 ) -> None:
+    """``before``: a line ahead of the record (cut short inside an id, after a key, in an escape)."""
     from memstore.quarantine_records import entry_key, recorded_among
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,7 +117,7 @@ def test_the_prefilter_finds_what_readers_read_however_the_key_and_id_are_spelle
         entry = catalog._new_entry("note five word0", ("t",), "gone", None)
         other_id = entry.memory_id if wanted_nested else "someone else"
         fields = {**entry.to_dict(), "memory_id": "@ID@", "quarantine": True}
-        body = json.dumps(fields, sort_keys=True)
+        body = json.dumps(fields, sort_keys=not id_first)
         own = f'"{_spelled("memory_id", key_escapes, upper)}": "{_spelled(entry.memory_id, id_escapes, upper)}"'
         body = body.replace('"memory_id": "@ID@"', own)
         extra = {
@@ -122,10 +131,26 @@ def test_the_prefilter_finds_what_readers_read_however_the_key_and_id_are_spelle
         if nested == "duplicate-last":
             line = line[:-1] + f', "memory_id": "{other_id}"}}'
         catalog.quarantine_path.parent.mkdir(parents=True, exist_ok=True)
-        catalog.quarantine_path.write_bytes(line.encode() + b"\n")
+        catalog.quarantine_path.write_bytes(before + line.encode() + b"\n")
         read = Counter(encode_entry(found) for found in catalog.list_quarantined(limit=10))
         key = entry_key(entry)
         assert recorded_among(catalog.quarantine_path, [entry]) == ({key: read[key]} if read[key] else {})
+
+
+def test_a_record_after_a_line_cut_short_inside_an_id_counts(tmp_path: Path) -> None:
+    """A line cut short inside its id (a torn write another tool buried) has no closing quote:
+    the prefilter's id ran on into the next line, up to its first quote, and the match resumed
+    past the quote that opens that line's ``memory_id`` key (first, as ``to_dict`` orders it)."""
+    catalog = MemoryCatalog(tmp_path)
+    entry = catalog._new_entry("note eight word0", (), "gone", None)
+    catalog = _store(tmp_path, [encode_entry(entry)])
+    record = json.dumps({**entry.to_dict(), "quarantine": True, "provenance": {"reason": "r"}})
+    assert record.startswith('{"memory_id": ')
+    catalog.quarantine_path.write_bytes(b'{"memory_id": "abc\n' + record.encode() + b"\n")
+    assert catalog.list_quarantined(limit=10) == [entry]
+
+    assert catalog.quarantine_by_branch("gone", "again") == 1
+    assert _records(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
 
 
 # ------------------------------------------------------------------ doctor
