@@ -4,8 +4,9 @@ SQLite's unix VFS keeps one record per process of each open database inode and o
 ``-shm`` locks, shared by every connection of the process to that inode, and asks the
 kernel for a lock only when no connection of the process holds it already.  POSIX
 record locks are not inherited across ``fork()``; that record is, with the parent's
-connections in it, and they never leave it: a connection inherited across fork is never
-used or closed in the child (its rollback would edit the ``-shm`` the parent still uses).
+connections in it.  A connection inherited across fork is never used in the child, and
+one inside a transaction never closed (its rollback would edit the ``-shm`` the parent
+still uses): those never leave the record.
 
 So a child that opens its own connection to a file its parent was using at the fork:
 
@@ -28,8 +29,9 @@ using it, deleted the ``-wal`` and ``-shm`` the child went on using, and the chi
 writes, folded back from its stale view, broke the file for all.  So the child closes the
 connections it inherited idle before it opens that file (:func:`may_open`): the
 record empties and its own connection takes its locks at the kernel.  Closing an idle
-connection changes nothing another process sees (no transaction to roll back; its locks,
-never the child's at the kernel, are released in the record only).
+connection is safe for the others: there is no transaction to roll back, its locks (never
+the child's at the kernel) are released in the record only, and it folds the log back only
+when it gets the file's exclusive lock at the kernel, as any last connection does.
 """
 
 from __future__ import annotations
