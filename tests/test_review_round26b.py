@@ -332,3 +332,32 @@ def test_a_child_never_closes_a_connection_another_thread_was_inside_at_the_fork
     assert os.WIFEXITED(status), f"the child was killed by signal {os.WTERMSIG(status)}"
     assert json.loads(out.read_text()) == {"same": True}
     assert catalog.check_index().equal
+
+
+def test_a_child_keeps_no_index_file_it_inherited_open_once_another_is_at_the_path(tmp_path: Path) -> None:
+    """The connections a child inherited idle (here a second handle's, never used in the child)
+    kept the replaced index file allocated, deleted, for the child's whole life."""
+    catalog = _seed(tmp_path, 300)
+    other = MemoryCatalog(tmp_path)
+    assert other.search("word3", limit=1)
+    out = tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        signal.alarm(30)
+        try:
+            catalog.reindex(full=True)  # a new file at the path
+            scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+            same = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+            fds = Path("/proc/self/fd")
+            deleted = [
+                target
+                for target in (os.readlink(fd) for fd in fds.iterdir() if fd.is_symlink())
+                if "memstore.sqlite3" in target and target.endswith("(deleted)")
+            ]
+            out.write_text(json.dumps({"same": same, "deleted": deleted}))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status)
+    assert json.loads(out.read_text()) == {"same": True, "deleted": []}
+    assert other.search("word3", limit=10_000) == MemoryCatalog(tmp_path, use_index=False).search("word3", limit=10_000)

@@ -86,18 +86,21 @@ def refuses(generation: Generation) -> bool:
 
 
 def may_open(generation: Generation) -> bool:
-    """:func:`refuses`' opposite, with the connections this process inherited idle to the file
-    closed first (kept until then, never collected at some later moment): SQLite's record of
-    the file empties, and the connection about to open takes its own locks at the kernel.  A
-    refused file's are never touched (a thread of the parent may have been inside one).
+    """:func:`refuses`' opposite, with the connections this process inherited idle closed first.
+
+    Kept until then (never collected at some later moment): closed, SQLite's record of their
+    file empties, and the connection about to open takes its own locks at the kernel.  Those
+    to other files go too (one replaced at the path would stay allocated for this process's
+    life).  A refused file's are never touched: a thread of the parent may have been inside one.
     """
     if generation in _REFUSED:
         return False
-    for conn in _IDLE.pop(generation, []):
-        try:
-            conn.close()
-        except sqlite3.Error:  # its locks stay in the record
-            _REFUSED.add(generation)
+    for held in [held for held in _IDLE if held not in _REFUSED]:
+        for conn in _IDLE.pop(held):
+            try:
+                conn.close()
+            except sqlite3.Error:  # its locks stay in the record
+                _REFUSED.add(held)
     return generation not in _REFUSED
 
 
