@@ -33,7 +33,7 @@ from memstore.files import (
 )
 from memstore.index.report import IndexOff
 from memstore.json_array import encode_array, parse_array
-from memstore.jsonl import is_blank, parse_json_bytes
+from memstore.jsonl import encode_entry, is_blank, parse_json_bytes
 from memstore.layout import (
     CATALOG_FILE,
     CATALOG_LOCK,
@@ -159,9 +159,10 @@ def _lines(path: Path) -> Iterator[_Line]:
         os.close(fd)
 
 
-def _entry_ids(path: Path) -> set[str]:
-    """The ids of the valid entries of a JSONL catalog file (none for a missing or non-regular one)."""
-    ids: set[str] = set()
+def _entry_keys(path: Path) -> dict[str, set[bytes]]:
+    """The valid entries of a JSONL catalog file by id, each as its canonical line without extra
+    fields (none for a missing or non-regular file)."""
+    keys: dict[str, set[bytes]] = {}
     try:
         for line in _lines(path):
             if line.marker or line.data is None or is_blank(line.data):
@@ -171,10 +172,10 @@ def _entry_ids(path: Path) -> set[str]:
             except ValueError:
                 continue
             if entry is not None:
-                ids.add(entry.memory_id)
+                keys.setdefault(entry.memory_id, set()).add(encode_entry(entry))
     except NotRegularFileError:
-        return set()
-    return ids
+        return {}
+    return keys
 
 
 def _check_catalog_file(
@@ -182,15 +183,16 @@ def _check_catalog_file(
 ) -> list[bytes] | None:
     """Findings for a JSONL catalog file; returns the repaired content's lines (None when nothing to fix).
 
-    With ``quarantine`` (memory.jsonl), an entry whose id is also quarantined is one a
-    union merge brought back next to the other side's append: the quarantine holds it,
-    so it leaves memory.jsonl.  With ``records`` (the quarantine file), a second record of
-    one move (the entry, reason and branch all the same, only the time differs: a call
-    tried again once recorded its entries again) is a duplicate the first one stands for.
+    With ``quarantine`` (memory.jsonl), an entry the quarantine file also holds (the same
+    fields) is one a union merge brought back next to the other side's append: it leaves
+    memory.jsonl.  One that only shares its id was edited since: it stays, reported.
+    With ``records`` (the quarantine file), a second record of one move (the entry, reason
+    and branch all the same, only the time differs: a call tried again once recorded its
+    entries again) is a duplicate the first one stands for.
     """
-    quarantined = _entry_ids(quarantine) if quarantine is not None else set()
+    quarantined = _entry_keys(quarantine) if quarantine is not None else {}
     kept: list[bytes] = []
-    first_line: dict[str, tuple[int, Any]] = {}
+    first_line: dict[str, tuple[int, bytes]] = {}
     change = False
     last: _Line | None = None
     for line in _lines(path):
@@ -222,15 +224,19 @@ def _check_catalog_file(
             report.append(Finding(kind, name, line.number, detail))
             change = True
             continue
-        if entry.memory_id in quarantined:
+        held = quarantined.get(entry.memory_id)
+        if held is not None and encode_entry(entry) in held:
             detail = f"id {entry.memory_id} is also quarantined (a merge brought it back)"
             report.append(Finding("quarantined-entry", name, line.number, detail))
             change = True
             continue
+        if held is not None:  # edited after the quarantined copy was taken: the quarantine does not hold it
+            detail = f"id {entry.memory_id} is also quarantined, with other fields (kept)"
+            report.append(Finding("quarantined-entry", name, line.number, detail, fixable=False))
         seen = first_line.get(entry.memory_id)
         if seen is not None:
-            same = seen[1] == payload  # the whole record, quarantine provenance included
-            again = not same and records and _untimed(seen[1]) == _untimed(payload)
+            same = _same_values(seen[1], line.data)  # the whole record, quarantine provenance included
+            again = not same and records and _same_values(seen[1], line.data, untimed=True)
             kind = " (identical)" if same else " (the same move, recorded again later)" if again else " (different)"
             report.append(
                 Finding(
@@ -246,12 +252,28 @@ def _check_catalog_file(
                 change = True
                 continue
         else:
-            first_line[entry.memory_id] = (line.number, payload)
+            first_line[entry.memory_id] = (line.number, line.data)
         kept.append(line.data)
     if last is not None and not last.terminated and not change:
         report.append(Finding("missing-newline", name, last.number, "file does not end with a newline"))
         change = True
     return kept if change else None
+
+
+def _same_values(first: bytes, second: bytes, *, untimed: bool = False) -> bool:
+    """Whether two lines hold the same value as readers show it (without ``quarantined_at``: ``untimed``).
+
+    Compared as the exact parse spelled one way: Python's ``==`` holds ``true``, ``1`` and
+    ``1.0`` equal, and orjson reads integers past 64 bits as floats, so two records that
+    say different things were once one record to drop.  A value too deep to compare is kept.
+    """
+    try:
+        values = [parse_json_bytes(data, exact=True) for data in (first, second)]
+        if untimed:
+            values = [_untimed(value) for value in values]
+        return json.dumps(values[0], sort_keys=True) == json.dumps(values[1], sort_keys=True)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _untimed(payload: Any) -> Any:

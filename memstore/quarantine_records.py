@@ -27,11 +27,27 @@ from memstore.files import MAX_LINE_BYTES, iter_line_blocks, open_for_read, stor
 from memstore.jsonl import decode_entry, encode_entry
 from memstore.models import MemoryEntry
 
-_ID = re.compile(rb'"memory_id"[ \t\r\n]*:[ \t\r\n]*"([^"\\]*)(["\\])')
+_ID = re.compile(rb'"memory_id"[ \t\r]*:[ \t\r]*"([^"\\\n]*)(["\\])')
 """A ``memory_id`` key and its string, up to its closing quote or its first escape.
 
 The key's quotes are bare, so these bytes are never inside a JSON string (whose quotes
-would be escaped): they are a key of the line's object or of an object nested in it."""
+would be escaped): they are a key of the line's object or of an object nested in it.
+Never past a newline: a line cut short inside its id ran on to the next line's first
+quote, and the search went on past the quote that opens that line's own key."""
+
+
+def _escaped_key() -> re.Pattern[bytes]:
+    """The ``memory_id`` key spelled with at least one ``\\u`` escape (the only escape that spells a letter)."""
+    units = []
+    for char in "memory_id":
+        hex_digits = b"".join(b"[%s%s]" % (d.encode(), d.upper().encode()) for d in f"{ord(char):04x}")
+        units.append(b"(?:" + re.escape(char.encode()) + rb"|\\u" + hex_digits + b")")
+    return re.compile(b'"' + b"".join(units) + b'"')
+
+
+_ESCAPED_KEY = _escaped_key()
+"""Lines it finds are parsed whatever their plain ``memory_id`` keys name (a nested object's, or
+a key that only ends in those letters): the escaped key may be the line's own."""
 
 
 def entry_key(entry: MemoryEntry) -> bytes:
@@ -73,25 +89,17 @@ def recorded_among(path: Path, entries: Sequence[MemoryEntry]) -> Counter[bytes]
 def _lines_that_may_hold(data: bytes, size: int, wanted: set[str]) -> list[bytes]:
     """The lines of ``data[:size]`` that may be an entry with one of the ``wanted`` ids.
 
-    A line is passed over only when it cannot be one: every ``memory_id`` key it has names
-    another id without escapes; or it has none and no ``\\u`` escape (which could spell the key).
+    A line is passed over only when it cannot be one: it spells no ``memory_id`` key with an
+    escape, and every plain one it has names another id without escapes.
     """
-    keyed: set[int] = set()
     starts: set[int] = set()
     for match in _ID.finditer(data, 0, size):
-        start = data.rfind(b"\n", 0, match.start()) + 1
-        keyed.add(start)
         # An id spelled with escapes is compared once parsed; ids are read stripped.
         if match.group(2) == b"\\" or match.group(1).decode("utf-8", "replace").strip() in wanted:
-            starts.add(start)
-    hit = data.find(b"\\u", 0, size)  # the one escape that can spell a letter of the key
-    while hit >= 0:
-        start = data.rfind(b"\n", 0, hit) + 1
-        end = data.find(b"\n", hit, size)
-        end = size if end < 0 else end
-        if start not in keyed:
-            starts.add(start)
-        hit = data.find(b"\\u", end, size)
+            starts.add(data.rfind(b"\n", 0, match.start()) + 1)
+    for match in _ESCAPED_KEY.finditer(data, 0, size):
+        if b"\\" in match.group():  # the plain key was looked at above
+            starts.add(data.rfind(b"\n", 0, match.start()) + 1)
     lines = []
     for start in sorted(starts):
         end = data.find(b"\n", start, size)

@@ -233,7 +233,7 @@ class IndexFile:
             if not stat.S_ISREG(st.st_mode):
                 self.set_aside("not a regular file (a symlink is never followed)", expected=_identity(st))
                 continue
-            if fork_state.refuses(_identity(st)):
+            if not fork_state.may_open(_identity(st)):
                 raise IndexBusyError(
                     f"the index at {self.path} was in use by the process this one was forked from; "
                     "its locks cannot be told from this process's (answering from a scan)"

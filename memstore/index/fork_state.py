@@ -4,8 +4,9 @@ SQLite's unix VFS keeps one record per process of each open database inode and o
 ``-shm`` locks, shared by every connection of the process to that inode, and asks the
 kernel for a lock only when no connection of the process holds it already.  POSIX
 record locks are not inherited across ``fork()``; that record is, with the parent's
-connections in it, and they never leave it: a connection inherited across fork is never
-used or closed in the child (its rollback would edit the ``-shm`` the parent still uses).
+connections in it.  A connection inherited across fork is never used in the child, and
+one inside a transaction never closed (its rollback would edit the ``-shm`` the parent
+still uses): those never leave the record.
 
 So a child that opens its own connection to a file its parent was using at the fork:
 
@@ -19,8 +20,18 @@ So a child that opens its own connection to a file its parent was using at the f
 Such a child therefore does not open that file (:func:`refuses`): its reads answer from a
 scan at once, which is exact, and it uses the index again when the path holds another
 file.  The parent and every other process are untouched: the child never held their locks.
-Connections idle at the fork hold only what every open connection holds for its life
-(shared locks the parent keeps at the kernel while it runs); a child still uses such a file.
+
+A connection idle at the fork holds no lock of a transaction, but it is in that record too,
+with the shared locks every open connection holds for its life (the database's, the
+``-shm``'s "in use" byte): a connection the child opened beside it found them held and
+never asked the kernel.  Once the parent let go of the file, other processes saw nobody
+using it, deleted the ``-wal`` and ``-shm`` the child went on using, and the child's
+writes, folded back from its stale view, broke the file for all.  So the child closes the
+connections it inherited idle before it opens that file (:func:`may_open`): the
+record empties and its own connection takes its locks at the kernel.  Closing an idle
+connection is safe for the others: there is no transaction to roll back, its locks (never
+the child's at the kernel) are released in the record only, and it folds the log back only
+when it gets the file's exclusive lock at the kernel, as any last connection does.
 """
 
 from __future__ import annotations
@@ -42,6 +53,8 @@ _KEPT: list[sqlite3.Connection] = []
 """Inherited connections that were in a transaction at the fork (see :func:`_never_closed`)."""
 _REFUSED: set[Generation] = set()
 """Files this process was forked while its parent (or an earlier ancestor) was using."""
+_IDLE: dict[Generation, list[sqlite3.Connection]] = {}
+"""Inherited connections that were idle at the fork, by file: closed before this process opens it."""
 
 
 def track(conn: sqlite3.Connection, generation: Generation) -> None:
@@ -72,6 +85,25 @@ def refuses(generation: Generation) -> bool:
     return generation in _REFUSED
 
 
+def may_open(generation: Generation) -> bool:
+    """:func:`refuses`' opposite, with the connections this process inherited idle closed first.
+
+    Kept until then (never collected at some later moment): closed, SQLite's record of their
+    file empties, and the connection about to open takes its own locks at the kernel.  Those
+    to other files go too (one replaced at the path would stay allocated for this process's
+    life).  A refused file's are never touched: a thread of the parent may have been inside one.
+    """
+    if generation in _REFUSED:
+        return False
+    for held in [held for held in _IDLE if held not in _REFUSED]:
+        for conn in _IDLE.pop(held):
+            try:
+                conn.close()
+            except sqlite3.Error:  # its locks stay in the record
+                _REFUSED.add(held)
+    return generation not in _REFUSED
+
+
 def _never_closed(conn: sqlite3.Connection) -> None:
     """Keep ``conn`` alive for the child's whole life, its exit included.
 
@@ -98,6 +130,8 @@ def _after_fork_in_child() -> None:
         if busy:
             _REFUSED.add(generation)
             _never_closed(conn)
+        else:
+            _IDLE.setdefault(generation, []).append(conn)
     _REFUSED.update(_BUILDING)
 
 
