@@ -55,6 +55,10 @@ _REFUSED: set[Generation] = set()
 """Files this process was forked while its parent (or an earlier ancestor) was using."""
 _IDLE: dict[Generation, list[sqlite3.Connection]] = {}
 """Inherited connections that were idle at the fork, by file: closed before this process opens it."""
+_FORKED = False
+"""Whether this process was forked from one that had imported this module."""
+_CLEARED: set[Generation] = set()
+"""Files this process found no inherited descriptor of (see :func:`_held_elsewhere`) and opened."""
 
 
 def track(conn: sqlite3.Connection, generation: Generation) -> None:
@@ -101,7 +105,35 @@ def may_open(generation: Generation) -> bool:
                 conn.close()
             except sqlite3.Error:  # its locks stay in the record
                 _REFUSED.add(held)
-    return generation not in _REFUSED
+    if generation in _REFUSED:
+        return False
+    if _FORKED and generation not in _CLEARED:
+        if _held_elsewhere(generation):
+            return False
+        _CLEARED.add(generation)
+    return True
+
+
+def _held_elsewhere(generation: Generation) -> bool:
+    """Whether a descriptor of ``generation`` is open in this process before it first opens it.
+
+    One is another library's or the user's own connection inherited from the parent (a plain
+    ``sqlite3.connect``): it is in SQLite's record of the file, which this module cannot empty,
+    so a connection opened beside it would take no lock at the kernel.  Asked once per file,
+    only in a forked child; a descriptor the child opened itself is refused too (a scan is exact).
+    """
+    try:
+        names = os.listdir("/dev/fd")
+    except OSError:
+        return True
+    for name in names:
+        try:
+            st = os.fstat(int(name))
+        except (OSError, ValueError):
+            continue
+        if (st.st_dev, st.st_ino) == generation:
+            return True
+    return False
 
 
 def _never_closed(conn: sqlite3.Connection) -> None:
@@ -122,6 +154,9 @@ def _never_closed(conn: sqlite3.Connection) -> None:
 
 
 def _after_fork_in_child() -> None:
+    global _FORKED
+    _FORKED = True
+    _CLEARED.clear()
     for conn, generation in list(_OPEN.items()):
         try:
             busy = conn.in_transaction  # reads SQLite's autocommit flag only: no lock, no I/O

@@ -1,0 +1,93 @@
+"""Review 26c: a forked child's handling of the index files its parent had open (fork_state.py),
+and doctor's rules for duplicate quarantine records and quarantined entries (doctor.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from memstore.catalog import MemoryCatalog
+from tests.test_review_round26b import _OTHER_WRITER, _index_integrity
+from tests.test_rewrite_held_follow import _seed
+
+# ------------------------------------------------------------------ fork
+
+
+def _index_path(root: Path) -> Path:
+    return root / ".teaagent" / "index" / "memstore.sqlite3"
+
+
+def _wait_for(path: Path, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def _other_writer(root: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-c", _OTHER_WRITER, str(root)], check=True, env=env, timeout=120)
+
+
+def _child_adds_after_go(root: Path, catalog: MemoryCatalog, ready: Path, go: Path, out: Path) -> None:
+    """The child: answers once, says it is ready, waits for go, then adds and answers again."""
+    signal.alarm(60)
+    result: dict[str, object] = {}
+    try:
+        scan = MemoryCatalog(root, use_index=False, readonly=True)
+        result["before"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+        ready.write_text("1")
+        while not go.exists():
+            time.sleep(0.01)
+        for n in range(5):
+            catalog.add(f"from the child word3 {n}", branch_name="child")
+        result["after"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+    except BaseException as exc:
+        result["error"] = repr(exc)
+    finally:
+        out.write_text(json.dumps(result))
+        os._exit(0)
+
+
+def _assert_sound(root: Path) -> None:
+    assert _index_integrity(root) == ["ok"]
+    fresh = MemoryCatalog(root)
+    assert fresh.check_index().equal
+    scan = MemoryCatalog(root, use_index=False, readonly=True)
+    assert fresh.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+
+
+def test_a_child_with_a_plain_connection_its_parent_held_idle_does_not_corrupt_the_index(tmp_path: Path) -> None:
+    """User code in the parent read the index with a plain sqlite3 connection (a status tool, a
+    test's integrity check) and keeps it: it is in SQLite's per-process record of the file in
+    the child too, where fork_state cannot close it, so the child's own connection takes no
+    lock at the kernel; once the parent lets go, another process deletes the -wal and -shm the
+    child goes on using."""
+    catalog = _seed(tmp_path, 300)
+    user = sqlite3.connect(_index_path(tmp_path))
+    assert user.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+    ready, go, out = tmp_path / "ready", tmp_path / "go", tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        _child_adds_after_go(tmp_path, catalog, ready, go, out)
+    try:
+        _wait_for(ready)
+        index = catalog._index.index()
+        assert index is not None
+        index.close()
+        user.close()  # the parent lets go of the index
+        _other_writer(tmp_path)
+    finally:
+        go.write_text("1")
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and json.loads(out.read_text()) == {"before": True, "after": True}
+    _assert_sound(tmp_path)
