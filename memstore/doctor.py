@@ -178,6 +178,23 @@ def _entry_keys(path: Path) -> dict[str, set[bytes]]:
     return keys
 
 
+def _closed_bases(path: Path) -> set[int]:
+    """The numbers of the lines in base sections of conflicts that close (``>>>>>>>`` follows).
+
+    Only those are the merge base: after a ``|||||||`` that no end follows (a file cut short,
+    or edited by hand) the lines are entries every reader reads.
+    """
+    closed: set[int] = set()
+    pending: list[int] = []
+    for line in _lines(path):
+        if line.marker and line.section == "common":  # the end of a conflict
+            closed.update(pending)
+            pending = []
+        elif line.section == "base" and not line.marker:
+            pending.append(line.number)
+    return closed
+
+
 def _check_catalog_file(
     path: Path, name: str, report: list[Finding], *, quarantine: Path | None = None, records: bool = False
 ) -> list[bytes] | None:
@@ -191,6 +208,7 @@ def _check_catalog_file(
     entries again) is a duplicate the first one stands for.
     """
     quarantined = _entry_keys(quarantine) if quarantine is not None else {}
+    closed_bases: set[int] | None = None  # read when a base section first shows up
     kept: list[bytes] = []
     first_line: dict[str, tuple[int, bytes]] = {}
     change = False
@@ -201,10 +219,13 @@ def _check_catalog_file(
             report.append(Finding("conflict-marker", name, line.number, "git conflict marker line"))
             change = True
             continue
-        if line.section == "base":
-            report.append(Finding("conflict-base", name, line.number, "line of the merge base inside a conflict"))
-            change = True
-            continue
+        if line.section == "base" and not line.marker:
+            if closed_bases is None:
+                closed_bases = _closed_bases(path)
+            if line.number in closed_bases:
+                report.append(Finding("conflict-base", name, line.number, "line of the merge base inside a conflict"))
+                change = True
+                continue
         if line.data is None:
             report.append(Finding("corrupt-line", name, line.number, "line longer than the limit"))
             change = True

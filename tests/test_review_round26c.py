@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from memstore.catalog import MemoryCatalog
+from memstore.doctor import diagnose, repair
+from memstore.jsonl import encode_entries, encode_entry
 from tests.test_review_round26b import _OTHER_WRITER, _index_integrity
 from tests.test_rewrite_held_follow import _seed
 
@@ -91,3 +93,29 @@ def test_a_child_with_a_plain_connection_its_parent_held_idle_does_not_corrupt_t
         _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and json.loads(out.read_text()) == {"before": True, "after": True}
     _assert_sound(tmp_path)
+
+
+# ------------------------------------------------------------------ doctor
+
+
+def _ids(catalog: MemoryCatalog) -> set[str]:
+    """Every id readers find in memory.jsonl or the quarantine file."""
+    return {entry.memory_id for entry in catalog.list(limit=1000)} | {
+        entry.memory_id for entry in catalog.list_quarantined(limit=1000)
+    }
+
+
+def test_doctor_keeps_the_entries_after_a_base_marker_of_a_conflict_that_never_closes(tmp_path: Path) -> None:
+    """A base section is what both sides changed only once ``=======`` and ``>>>>>>>`` follow:
+    a file cut short (or edited by hand) after ``|||||||`` held entries every reader reads, and
+    --fix dropped them as the merge base (they were then in neither file)."""
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    first, second, third = (catalog._new_entry(f"note {n} word{n}", (), "b", None) for n in range(3))
+    catalog.path.parent.mkdir(parents=True, exist_ok=True)
+    catalog.path.write_bytes(
+        encode_entry(first) + b"<<<<<<< ours\n" + encode_entry(second) + b"||||||| base\n" + encode_entry(third)
+    )
+    before = _ids(catalog)
+    assert len(before) == 3
+    repair(tmp_path)
+    assert _ids(catalog) == before
