@@ -314,8 +314,11 @@ def _check_team_file(path: Path, name: str, report: list[Finding]) -> list[bytes
     kept: list[bytes] = []
     change = False
     ours: set[bytes] = set()
+    closed_bases: set[int] | None = None  # read when a base section first shows up
     for line in _lines(path):
-        if line.marker or line.section == "base":
+        if line.section == "base" and not line.marker and closed_bases is None:
+            closed_bases = _closed_bases(path)
+        if line.marker or (line.section == "base" and closed_bases is not None and line.number in closed_bases):
             kind = "conflict-marker" if line.marker else "conflict-base"
             report.append(Finding(kind, name, line.number, "git conflict marker line"))
             change = True

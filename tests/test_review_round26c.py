@@ -119,3 +119,12 @@ def test_doctor_keeps_the_entries_after_a_base_marker_of_a_conflict_that_never_c
     assert len(before) == 3
     repair(tmp_path)
     assert _ids(catalog) == before
+
+
+def test_doctor_keeps_team_notes_after_a_base_marker_of_a_conflict_that_never_closes(tmp_path: Path) -> None:
+    """The same in the team notes: a note after a ``|||||||`` no end follows was dropped."""
+    MemoryCatalog(tmp_path).path.parent.mkdir(parents=True, exist_ok=True)
+    team = tmp_path / ".teaagent" / "team-memory.md"
+    team.write_bytes(b"# Team\n<<<<<<< ours\n- a note of ours\n||||||| base\n- the only copy of this note\n")
+    repair(tmp_path)
+    assert b"- the only copy of this note\n" in team.read_bytes()
