@@ -161,12 +161,18 @@ def _lines(path: Path) -> Iterator[_Line]:
 
 def _entry_keys(path: Path) -> dict[str, set[bytes]]:
     """The valid entries of a JSONL catalog file by id, each as its canonical line without extra
-    fields (none for a missing or non-regular file)."""
+    fields (none for a missing or non-regular file), as the file is once --fix is done with it."""
     keys: dict[str, set[bytes]] = {}
+    closed_bases: set[int] | None = None
     try:
         for line in _lines(path):
             if line.marker or line.data is None or is_blank(line.data):
                 continue
+            if line.section == "base":  # a closed conflict's base is dropped by the same --fix
+                if closed_bases is None:
+                    closed_bases = _closed_bases(path)
+                if line.number in closed_bases:
+                    continue
             try:
                 entry = memory_entry_from_payload(parse_json_bytes(line.data))
             except ValueError:

@@ -128,3 +128,23 @@ def test_doctor_keeps_team_notes_after_a_base_marker_of_a_conflict_that_never_cl
     team.write_bytes(b"# Team\n<<<<<<< ours\n- a note of ours\n||||||| base\n- the only copy of this note\n")
     repair(tmp_path)
     assert b"- the only copy of this note\n" in team.read_bytes()
+
+
+def test_doctor_keeps_an_entry_whose_only_quarantined_copy_is_in_a_conflict_s_base(tmp_path: Path) -> None:
+    """memory.jsonl's entry left as "also quarantined" when the quarantine file held it only in
+    the base section of a conflict, which the same --fix then dropped from the quarantine file:
+    the entry was in neither file."""
+    catalog = MemoryCatalog(tmp_path, use_index=False)
+    entry, ours, theirs = (catalog._new_entry(f"note {n} word{n}", (), "b", None) for n in range(3))
+    catalog.path.parent.mkdir(parents=True, exist_ok=True)
+    catalog.path.write_bytes(encode_entry(entry))
+    record, ours_record, theirs_record = (
+        encode_entries([e], quarantine=True, provenance={"reason": "r"}) for e in (entry, ours, theirs)
+    )
+    catalog.quarantine_path.write_bytes(
+        b"<<<<<<< ours\n" + ours_record + b"||||||| base\n" + record + b"=======\n" + theirs_record + b">>>>>>> theirs\n"
+    )
+    before = _ids(catalog)
+    assert entry.memory_id in before
+    repair(tmp_path)
+    assert _ids(catalog) == before
