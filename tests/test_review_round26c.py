@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from memstore.catalog import MemoryCatalog
-from memstore.doctor import diagnose, repair
+from memstore.doctor import repair
 from memstore.jsonl import encode_entries, encode_entry
 from tests.test_review_round26b import _OTHER_WRITER, _index_integrity
 from tests.test_rewrite_held_follow import _seed
@@ -142,7 +142,8 @@ def test_doctor_keeps_an_entry_whose_only_quarantined_copy_is_in_a_conflict_s_ba
         encode_entries([e], quarantine=True, provenance={"reason": "r"}) for e in (entry, ours, theirs)
     )
     catalog.quarantine_path.write_bytes(
-        b"<<<<<<< ours\n" + ours_record + b"||||||| base\n" + record + b"=======\n" + theirs_record + b">>>>>>> theirs\n"
+        b"<<<<<<< ours\n" + ours_record + b"||||||| base\n" + record
+        + b"=======\n" + theirs_record + b">>>>>>> theirs\n"
     )
     before = _ids(catalog)
     assert entry.memory_id in before
@@ -164,10 +165,9 @@ def test_a_child_forked_while_a_parent_thread_is_inside_sqlite_does_not_hang(tmp
     ``check_index`` while the parent forked, then let go): 4 children of 132 hung, both
     tracebacks taken in ``sqlite3.connect`` in ``IndexFile._connect``; here the thread holds
     the VFS mutex itself (through ctypes), as ``unixOpen`` does."""
+    import _sqlite3
     import ctypes
     import threading
-
-    import _sqlite3
 
     lib = ctypes.CDLL(_sqlite3.__file__)
     lib.sqlite3_mutex_alloc.restype = ctypes.c_void_p
