@@ -95,6 +95,33 @@ def test_a_child_with_a_plain_connection_its_parent_held_idle_does_not_corrupt_t
     _assert_sound(tmp_path)
 
 
+def test_a_child_uses_the_index_again_once_it_closes_the_plain_connection_it_inherited(tmp_path: Path) -> None:
+    """The refusal lasts only while another descriptor of the file is open in the child."""
+    catalog = _seed(tmp_path, 300)
+    user = sqlite3.connect(_index_path(tmp_path))
+    assert user.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+    out = tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        signal.alarm(30)
+        try:
+            scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
+            index = catalog._index.index()
+            assert index is not None
+            before = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+            refused = index._conn is None or index._pid != os.getpid()
+            user.close()
+            after = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+            connected = index._conn is not None and index._pid == os.getpid()
+            out.write_text(json.dumps([before, refused, after, connected]))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    user.close()
+    assert os.WIFEXITED(status) and json.loads(out.read_text()) == [True, True, True, True]
+    _assert_sound(tmp_path)
+
+
 # ------------------------------------------------------------------ doctor
 
 
