@@ -122,6 +122,64 @@ def test_a_child_uses_the_index_again_once_it_closes_the_plain_connection_it_inh
     _assert_sound(tmp_path)
 
 
+def test_two_threads_of_a_child_opening_the_index_at_once_get_no_untyped_error(tmp_path: Path) -> None:
+    """Two handles' first reads in a child, in two threads: the first thread took one file's
+    inherited idle connections to close them and the other took the next file's; the first then
+    popped that file's entry again and raised KeyError (not an IndexUnavailableError, so it
+    reached the caller)."""
+    import threading
+
+    from memstore.index import fork_state
+
+    first_root, second_root = tmp_path / "first", tmp_path / "second"
+    first, second = _seed(first_root, 100), _seed(second_root, 100)
+    out = tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        signal.alarm(30)
+        result: dict[str, object] = {}
+        try:
+            assert len(fork_state._IDLE) >= 2  # these two files, and any earlier test left open
+            slow_closing, other_done = threading.Event(), threading.Event()
+            held = next(iter(fork_state._IDLE.values()))[0]
+            real_close = held.close
+
+            def slow_close() -> None:
+                slow_closing.set()
+                other_done.wait(10)
+                real_close()
+
+            held.close = slow_close  # type: ignore[method-assign]
+            errors: list[str] = []
+
+            def search(catalog: MemoryCatalog, root: Path, done: threading.Event | None) -> None:
+                try:
+                    scan = MemoryCatalog(root, use_index=False, readonly=True)
+                    if catalog.search("word3", limit=10_000) != scan.search("word3", limit=10_000):
+                        errors.append("differs")
+                except BaseException as exc:
+                    errors.append(repr(exc))
+                finally:
+                    if done is not None:
+                        done.set()
+
+            a = threading.Thread(target=search, args=(first, first_root, None))
+            a.start()
+            assert slow_closing.wait(10)
+            b = threading.Thread(target=search, args=(second, second_root, other_done))
+            b.start()
+            b.join(20)
+            a.join(20)
+            result["errors"] = errors
+        except BaseException as exc:
+            result["errors"] = [repr(exc)]
+        finally:
+            out.write_text(json.dumps(result))
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and json.loads(out.read_text()) == {"errors": []}
+
+
 # ------------------------------------------------------------------ doctor
 
 

@@ -99,8 +99,9 @@ def may_open(generation: Generation) -> bool:
     """
     if generation in _REFUSED:
         return False
-    for held in [held for held in _IDLE if held not in _REFUSED]:
-        for conn in _IDLE.pop(held):
+    # Two threads of this process may get here at once: each file's list is taken by one of them.
+    for held in [held for held in list(_IDLE) if held not in _REFUSED]:
+        for conn in _IDLE.pop(held, ()):
             try:
                 conn.close()
             except sqlite3.Error:  # its locks stay in the record
