@@ -32,6 +32,9 @@ record empties and its own connection takes its locks at the kernel.  Closing an
 connection is safe for the others: there is no transaction to roll back, its locks (never
 the child's at the kernel) are released in the record only, and it folds the log back only
 when it gets the file's exclusive lock at the kernel, as any last connection does.
+Connections this module never saw (user code's own ``sqlite3.connect`` to the file) are in
+that record too and cannot be closed for the child: while a descriptor of the file it inherited
+is open, the child does not open it (:func:`_held_elsewhere`).
 """
 
 from __future__ import annotations
