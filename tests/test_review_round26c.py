@@ -180,6 +180,29 @@ def test_two_threads_of_a_child_opening_the_index_at_once_get_no_untyped_error(t
     assert os.WIFEXITED(status) and json.loads(out.read_text()) == {"errors": []}
 
 
+def test_a_child_with_a_readonly_handle_its_parent_held_idle_does_not_corrupt_the_index(tmp_path: Path) -> None:
+    """The read-only handle's connection is tracked like the others (held: the attack did not break it)."""
+    catalog = _seed(tmp_path, 300)
+    reader = MemoryCatalog(tmp_path, readonly=True)
+    assert reader.search("word3", limit=1)
+    ready, go, out = tmp_path / "ready", tmp_path / "go", tmp_path / "child.json"
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        _child_adds_after_go(tmp_path, catalog, ready, go, out)
+    try:
+        _wait_for(ready)
+        for handle in (catalog, reader):
+            index = handle._index.index()
+            assert index is not None
+            index.close()
+        _other_writer(tmp_path)
+    finally:
+        go.write_text("1")
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and json.loads(out.read_text()) == {"before": True, "after": True}
+    _assert_sound(tmp_path)
+
+
 # ------------------------------------------------------------------ doctor
 
 
