@@ -161,12 +161,18 @@ def _lines(path: Path) -> Iterator[_Line]:
 
 def _entry_keys(path: Path) -> dict[str, set[bytes]]:
     """The valid entries of a JSONL catalog file by id, each as its canonical line without extra
-    fields (none for a missing or non-regular file)."""
+    fields (none for a missing or non-regular file), as the file is once --fix is done with it."""
     keys: dict[str, set[bytes]] = {}
+    closed_bases: set[int] | None = None
     try:
         for line in _lines(path):
             if line.marker or line.data is None or is_blank(line.data):
                 continue
+            if line.section == "base":  # a closed conflict's base is dropped by the same --fix
+                if closed_bases is None:
+                    closed_bases = _closed_bases(path)
+                if line.number in closed_bases:
+                    continue
             try:
                 entry = memory_entry_from_payload(parse_json_bytes(line.data))
             except ValueError:
@@ -176,6 +182,23 @@ def _entry_keys(path: Path) -> dict[str, set[bytes]]:
     except NotRegularFileError:
         return {}
     return keys
+
+
+def _closed_bases(path: Path) -> set[int]:
+    """The numbers of the lines in base sections of conflicts that close (``>>>>>>>`` follows).
+
+    Only those are the merge base: after a ``|||||||`` that no end follows (a file cut short,
+    or edited by hand) the lines are entries every reader reads.
+    """
+    closed: set[int] = set()
+    pending: list[int] = []
+    for line in _lines(path):
+        if line.marker and line.section == "common":  # the end of a conflict
+            closed.update(pending)
+            pending = []
+        elif line.section == "base" and not line.marker:
+            pending.append(line.number)
+    return closed
 
 
 def _check_catalog_file(
@@ -191,6 +214,7 @@ def _check_catalog_file(
     entries again) is a duplicate the first one stands for.
     """
     quarantined = _entry_keys(quarantine) if quarantine is not None else {}
+    closed_bases: set[int] | None = None  # read when a base section first shows up
     kept: list[bytes] = []
     first_line: dict[str, tuple[int, bytes]] = {}
     change = False
@@ -201,10 +225,13 @@ def _check_catalog_file(
             report.append(Finding("conflict-marker", name, line.number, "git conflict marker line"))
             change = True
             continue
-        if line.section == "base":
-            report.append(Finding("conflict-base", name, line.number, "line of the merge base inside a conflict"))
-            change = True
-            continue
+        if line.section == "base" and not line.marker:
+            if closed_bases is None:
+                closed_bases = _closed_bases(path)
+            if line.number in closed_bases:
+                report.append(Finding("conflict-base", name, line.number, "line of the merge base inside a conflict"))
+                change = True
+                continue
         if line.data is None:
             report.append(Finding("corrupt-line", name, line.number, "line longer than the limit"))
             change = True
@@ -293,8 +320,11 @@ def _check_team_file(path: Path, name: str, report: list[Finding]) -> list[bytes
     kept: list[bytes] = []
     change = False
     ours: set[bytes] = set()
+    closed_bases: set[int] | None = None  # read when a base section first shows up
     for line in _lines(path):
-        if line.marker or line.section == "base":
+        if line.section == "base" and not line.marker and closed_bases is None:
+            closed_bases = _closed_bases(path)
+        if line.marker or (line.section == "base" and closed_bases is not None and line.number in closed_bases):
             kind = "conflict-marker" if line.marker else "conflict-base"
             report.append(Finding(kind, name, line.number, "git conflict marker line"))
             change = True

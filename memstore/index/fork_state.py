@@ -32,6 +32,9 @@ record empties and its own connection takes its locks at the kernel.  Closing an
 connection is safe for the others: there is no transaction to roll back, its locks (never
 the child's at the kernel) are released in the record only, and it folds the log back only
 when it gets the file's exclusive lock at the kernel, as any last connection does.
+Connections this module never saw (user code's own ``sqlite3.connect`` to the file) are in
+that record too and cannot be closed for the child: while a descriptor of the file it inherited
+is open, the child does not open it (:func:`_held_elsewhere`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ _REFUSED: set[Generation] = set()
 """Files this process was forked while its parent (or an earlier ancestor) was using."""
 _IDLE: dict[Generation, list[sqlite3.Connection]] = {}
 """Inherited connections that were idle at the fork, by file: closed before this process opens it."""
+_FORKED = False
+"""Whether this process was forked from one that had imported this module."""
+_CLEARED: set[Generation] = set()
+"""Files this process found no inherited descriptor of (see :func:`_held_elsewhere`) and opened."""
 
 
 def track(conn: sqlite3.Connection, generation: Generation) -> None:
@@ -95,13 +102,42 @@ def may_open(generation: Generation) -> bool:
     """
     if generation in _REFUSED:
         return False
-    for held in [held for held in _IDLE if held not in _REFUSED]:
-        for conn in _IDLE.pop(held):
+    # Two threads of this process may get here at once: each file's list is taken by one of them.
+    for held in [held for held in list(_IDLE) if held not in _REFUSED]:
+        for conn in _IDLE.pop(held, ()):
             try:
                 conn.close()
             except sqlite3.Error:  # its locks stay in the record
                 _REFUSED.add(held)
-    return generation not in _REFUSED
+    if generation in _REFUSED:
+        return False
+    if _FORKED and generation not in _CLEARED:
+        if _held_elsewhere(generation):
+            return False
+        _CLEARED.add(generation)
+    return True
+
+
+def _held_elsewhere(generation: Generation) -> bool:
+    """Whether a descriptor of ``generation`` is open in this process before it first opens it.
+
+    One is another library's or the user's own connection inherited from the parent (a plain
+    ``sqlite3.connect``): it is in SQLite's record of the file, which this module cannot empty,
+    so a connection opened beside it would take no lock at the kernel.  Asked once per file,
+    only in a forked child; a descriptor the child opened itself is refused too (a scan is exact).
+    """
+    try:
+        names = os.listdir("/dev/fd")
+    except OSError:
+        return True
+    for name in names:
+        try:
+            st = os.fstat(int(name))
+        except (OSError, ValueError):
+            continue
+        if (st.st_dev, st.st_ino) == generation:
+            return True
+    return False
 
 
 def _never_closed(conn: sqlite3.Connection) -> None:
@@ -122,6 +158,9 @@ def _never_closed(conn: sqlite3.Connection) -> None:
 
 
 def _after_fork_in_child() -> None:
+    global _FORKED
+    _FORKED = True
+    _CLEARED.clear()
     for conn, generation in list(_OPEN.items()):
         try:
             busy = conn.in_transaction  # reads SQLite's autocommit flag only: no lock, no I/O
