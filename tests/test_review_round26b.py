@@ -24,6 +24,7 @@ from memstore.catalog import MemoryCatalog
 from memstore.doctor import diagnose, repair
 from memstore.jsonl import decode_entry, encode_entries, encode_entry
 from memstore.models import MemoryEntry
+from tests.test_quarantine_records import _keys
 from tests.test_rewrite_held_follow import _seed
 
 
@@ -34,14 +35,24 @@ def _store(root: Path, lines: list[bytes]) -> MemoryCatalog:
     return catalog
 
 
-def _records(path: Path) -> Counter[bytes]:
-    """Each entry the quarantine file holds as every reader reads it, with its number of records."""
-    found: Counter[bytes] = Counter()
-    for line in path.read_bytes().splitlines():
-        entry = decode_entry(line)
-        if entry is not None:
-            found[encode_entry(entry)] += 1
-    return found
+def _child_adds_after_go(root: Path, catalog: MemoryCatalog, ready: Path, go: Path, out: Path) -> None:
+    """The child: answers once, says it is ready, waits for go, then adds and answers again."""
+    signal.alarm(60)
+    result: dict[str, object] = {}
+    try:
+        scan = MemoryCatalog(root, use_index=False, readonly=True)
+        result["before"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+        ready.write_text("1")
+        while not go.exists():
+            time.sleep(0.01)
+        for n in range(5):
+            catalog.add(f"from the child word3 {n}", branch_name="child")
+        result["after"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
+    except BaseException as exc:
+        result["error"] = repr(exc)
+    finally:
+        out.write_text(json.dumps(result))
+        os._exit(0)
 
 
 # ------------------------------------------------------------------ the prefilter
@@ -62,7 +73,7 @@ def test_a_record_whose_key_is_escaped_next_to_a_nested_memory_id_counts(tmp_pat
     assert catalog.list_quarantined(limit=10) == [entry]  # every reader reads the record
 
     assert catalog.quarantine_by_branch("gone", "again") == 1
-    assert _records(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
+    assert _keys(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
     assert catalog.list(limit=10) == []
 
 
@@ -78,7 +89,7 @@ def test_a_record_after_a_key_that_only_ends_in_memory_id_counts(tmp_path: Path)
     catalog.quarantine_path.write_bytes(line.encode() + b"\n")
 
     assert catalog.quarantine_by_branch("gone", "again") == 1
-    assert _records(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
+    assert _keys(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
 
 
 def _spelled(text: str, escaped: list[bool], upper: bool) -> str:
@@ -150,7 +161,7 @@ def test_a_record_after_a_line_cut_short_inside_an_id_counts(tmp_path: Path) -> 
     assert catalog.list_quarantined(limit=10) == [entry]
 
     assert catalog.quarantine_by_branch("gone", "again") == 1
-    assert _records(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
+    assert _keys(catalog.quarantine_path) == Counter({encode_entry(entry): 1})
 
 
 # ------------------------------------------------------------------ doctor
@@ -245,22 +256,7 @@ def test_a_child_forked_while_idle_does_not_corrupt_the_index_once_its_parent_le
     ready, go, out = tmp_path / "ready", tmp_path / "go", tmp_path / "child.json"
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
-        signal.alarm(60)
-        result: dict[str, object] = {}
-        try:
-            scan = MemoryCatalog(tmp_path, use_index=False, readonly=True)
-            result["before"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
-            ready.write_text("1")
-            while not go.exists():
-                time.sleep(0.01)
-            for n in range(5):
-                catalog.add(f"from the child word3 {n}", branch_name="child")
-            result["after"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
-        except BaseException as exc:
-            result["error"] = repr(exc)
-        finally:
-            out.write_text(json.dumps(result))
-            os._exit(0)
+        _child_adds_after_go(tmp_path, catalog, ready, go, out)
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():

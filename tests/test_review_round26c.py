@@ -18,7 +18,7 @@ import pytest
 from memstore.catalog import MemoryCatalog
 from memstore.doctor import repair
 from memstore.jsonl import encode_entries, encode_entry
-from tests.test_review_round26b import _OTHER_WRITER, _index_integrity
+from tests.test_review_round26b import _OTHER_WRITER, _child_adds_after_go, _index_integrity
 from tests.test_rewrite_held_follow import _seed
 
 # ------------------------------------------------------------------ fork
@@ -40,24 +40,6 @@ def _other_writer(root: Path) -> None:
     subprocess.run([sys.executable, "-c", _OTHER_WRITER, str(root)], check=True, env=env, timeout=120)
 
 
-def _child_adds_after_go(root: Path, catalog: MemoryCatalog, ready: Path, go: Path, out: Path) -> None:
-    """The child: answers once, says it is ready, waits for go, then adds and answers again."""
-    signal.alarm(60)
-    result: dict[str, object] = {}
-    try:
-        scan = MemoryCatalog(root, use_index=False, readonly=True)
-        result["before"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
-        ready.write_text("1")
-        while not go.exists():
-            time.sleep(0.01)
-        for n in range(5):
-            catalog.add(f"from the child word3 {n}", branch_name="child")
-        result["after"] = catalog.search("word3", limit=10_000) == scan.search("word3", limit=10_000)
-    except BaseException as exc:
-        result["error"] = repr(exc)
-    finally:
-        out.write_text(json.dumps(result))
-        os._exit(0)
 
 
 def _assert_sound(root: Path) -> None:
